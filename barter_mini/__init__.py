@@ -1,0 +1,3 @@
+"""barter_mini: structured dynamic sparse training (BARTER) for vision transformers."""
+
+__version__ = "0.1.0"

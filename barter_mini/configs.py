@@ -1,0 +1,83 @@
+"""Model configurations as data (paper Table 4, plus CPU-sized variants).
+
+Every configuration describes the *full-density* model. A compact model of density rho
+keeps all ``depth`` layers but only part of the heads and FFN channels (see
+:mod:`barter_mini.budgets`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .errors import choose
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A full-density vision transformer.
+
+    ``family`` is ``"cct"`` (convolutional tokenizer, sequence pooling, the reference CCT
+    layer) or ``"vit"`` (patch embedding, class token, timm's pre-norm ``Block``).
+    Heads always have ``head_dim`` channels, so the attention width of a layer is
+    ``heads * head_dim`` whatever the embedding dimension.
+    """
+
+    name: str
+    family: str
+    img_size: int
+    in_chans: int
+    num_classes: int
+    depth: int
+    embed_dim: int
+    heads_per_layer: int
+    ffn_per_layer: int
+    head_dim: int = 16
+    # CCT tokenizer: ``conv_layers`` x (conv k x k, stride 1 -> ReLU -> MaxPool(3, 2, 1))
+    conv_layers: int = 1
+    conv_kernel: int = 3
+    # ViT patch embedding
+    patch_size: int = 8
+    default_dataset: str = "fashion-mnist"
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens each encoder layer sees (CCT: pooled feature map; ViT: patches + class token)."""
+        if self.family == "cct":
+            side = self.img_size
+            for _ in range(self.conv_layers):
+                side = (side - 1) // 2 + 1  # MaxPool(3, stride 2, padding 1)
+            return side * side
+        return (self.img_size // self.patch_size) ** 2 + 1
+
+    def for_data(self, img_size: int, in_chans: int, num_classes: int) -> "ModelConfig":
+        """The same architecture sized for a dataset's images and classes."""
+        return ModelConfig(**{**asdict(self), "img_size": img_size, "in_chans": in_chans,
+                              "num_classes": num_classes})
+
+
+MODEL_CONFIGS: dict[str, ModelConfig] = {
+    # Table 4, CCT on CIFAR-100: 7 layers, embed 256, 16 heads x 16, FFN 512.
+    "cct-paper": ModelConfig(
+        name="cct-paper", family="cct", img_size=32, in_chans=3, num_classes=100,
+        depth=7, embed_dim=256, heads_per_layer=16, ffn_per_layer=512,
+        conv_layers=1, default_dataset="cifar100"),
+    # Table 4, ViT on Tiny-ImageNet: patch 8 at 64x64, 9 layers, embed 192, 12 heads x 16, FFN 384.
+    "vit-paper": ModelConfig(
+        name="vit-paper", family="vit", img_size=64, in_chans=3, num_classes=200,
+        depth=9, embed_dim=192, heads_per_layer=12, ffn_per_layer=384,
+        patch_size=8, default_dataset="tiny-imagenet"),
+    # CPU-sized: 28x28 grey images -> 7x7 = 49 tokens, 4 layers, 4 heads x 16, FFN 128.
+    "cct-mini": ModelConfig(
+        name="cct-mini", family="cct", img_size=28, in_chans=1, num_classes=10,
+        depth=4, embed_dim=64, heads_per_layer=4, ffn_per_layer=128,
+        conv_layers=2, default_dataset="fashion-mnist"),
+    "vit-mini": ModelConfig(
+        name="vit-mini", family="vit", img_size=28, in_chans=1, num_classes=10,
+        depth=4, embed_dim=64, heads_per_layer=4, ffn_per_layer=128,
+        patch_size=4, default_dataset="fashion-mnist"),
+}
+
+
+def get_model_config(name: str) -> ModelConfig:
+    choose("model", name, MODEL_CONFIGS)
+    return MODEL_CONFIGS[name]

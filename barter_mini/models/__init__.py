@@ -1,0 +1,25 @@
+"""Compact CCT and ViT models on timm modules (paper Table 4)."""
+
+from __future__ import annotations
+
+from ..budgets import Allocation, check_allocation, compute_budget, full_allocation, initial_allocation
+from ..configs import ModelConfig
+from .blocks import CCTBlock, attention_with_head_dim, vit_block
+from .compact import CompactCCT, CompactTransformer, CompactViT
+
+FAMILIES = {"cct": CompactCCT, "vit": CompactViT}
+
+
+def build_model(config: ModelConfig, density: float = 1.0, allocation: Allocation | None = None,
+                drop_path: float = 0.0) -> CompactTransformer:
+    """A compact model of ``config`` at ``density`` with its initial (even) allocation,
+    or with an explicit per-layer ``allocation`` (to rebuild a trained model)."""
+    if allocation is None:
+        allocation = (full_allocation(config) if density == 1.0
+                      else initial_allocation(config, compute_budget(config, density)))
+    check_allocation(config, allocation)
+    return FAMILIES[config.family](config, allocation, drop_path=drop_path)
+
+
+__all__ = ["build_model", "CompactCCT", "CompactViT", "CompactTransformer", "CCTBlock",
+           "vit_block", "attention_with_head_dim"]
