@@ -1,0 +1,280 @@
+"""BARTER's topology update, step by step as in the paper's Figure 2.
+
+For each unit kind (attention heads, FFN channels) separately, at every scheduled update:
+
+1. :func:`select_receiver` - the eligible layer with the highest growth priority;
+2. :func:`select_donors` - the K eligible units with the lowest pruning scores outside it;
+3. :func:`select_parents` - the K units with the highest growth scores inside it;
+4. :func:`prune` the donors and :func:`clone` the parents (input parameters copied, output
+   parameters split), which resizes the tensors and remaps the optimizer state
+   (:func:`barter_mini.surgery.remap_optimizer_state`).
+
+The global budgets stay exactly fixed: every update prunes as many units as it clones.
+No layer drops below one unit or grows past its full width, and units whose statistics
+were reset by a surgery (a clone and its parent) are not pruned before they have gathered
+``min_age`` steps of statistics. The schedule (:class:`TransferSchedule`) sets K.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from .budgets import Budget
+from .statistics import LayerStatistics, UnitStatistics
+from .surgery import UNIT_KINDS, regather_units, unit_count
+
+
+@dataclass(frozen=True)
+class BarterSettings:
+    """Knobs of the method. Defaults reproduce Table 3's transfer counts (see TransferSchedule).
+
+    ``random_receiver`` / ``random_donor`` replace the statistic-driven choice by a uniform
+    random one (Table 12's ablations; both together are the "random pair" variant).
+    """
+
+    delta_t: int = 100
+    t_end: float = 0.75
+    head_fraction: float = 0.06
+    ffn_fraction: float = 0.05625
+    transfer_multiplier: float = 1.0
+    split_alpha: float = 0.5
+    symmetry_noise: float = 1e-3
+    stats_beta: float = 0.9
+    min_age: int | None = None
+    random_receiver: bool = False
+    random_donor: bool = False
+
+    @property
+    def protected_steps(self) -> int:
+        """Steps of statistics a reset unit needs before it may be pruned (default delta_t / 2)."""
+        return self.min_age if self.min_age is not None else max(1, self.delta_t // 2)
+
+
+@dataclass(frozen=True)
+class TransferSchedule:
+    """When to update and how many units to move (paper Tables 3 and 16).
+
+    Updates happen every ``delta_t`` optimizer steps up to ``t_end * total_steps``. Over the
+    whole schedule ``K_total = round(multiplier * fraction * budget)`` units of each kind are
+    moved (fractions 0.06 for heads and 0.05625 for FFN channels reproduce every K_H and K_C
+    of Table 3). They are spread over the updates with RigL's cosine decay
+    ``k(t) ~ (1 + cos(pi t / T_end)) / 2``: the cumulative share
+    ``F(t) = (t + T_end / pi * sin(pi t / T_end)) / T_end`` is normalised to 1 at the last
+    update, and update ``t`` moves ``round(K_total F(t)) - round(K_total F(t_prev))`` units, so
+    the per-update counts decay and add up to ``K_total`` exactly.
+    """
+
+    total_steps: int
+    budget: Budget
+    settings: BarterSettings = BarterSettings()
+
+    @property
+    def update_steps(self) -> list[int]:
+        last = int(self.settings.t_end * self.total_steps)
+        return list(range(self.settings.delta_t, last + 1, self.settings.delta_t))
+
+    def planned_totals(self) -> dict[str, int]:
+        s = self.settings
+        return {"heads": round(s.transfer_multiplier * s.head_fraction * self.budget.heads),
+                "ffn": round(s.transfer_multiplier * s.ffn_fraction * self.budget.ffn)}
+
+    def _cumulative_share(self, step: int) -> float:
+        steps = self.update_steps
+        end = self.settings.t_end * self.total_steps
+
+        def share(t: float) -> float:
+            return (t + end / math.pi * math.sin(math.pi * t / end)) / end
+
+        return min(1.0, share(step) / share(steps[-1])) if steps else 0.0
+
+    def transfers_at(self, step: int) -> dict[str, int]:
+        """Units of each kind to move at ``step`` (0 where ``step`` is no update step)."""
+        steps = self.update_steps
+        if step not in steps:
+            return {kind: 0 for kind in UNIT_KINDS}
+        previous = step - self.settings.delta_t
+        now, before = self._cumulative_share(step), self._cumulative_share(previous)
+        return {kind: round(total * now) - round(total * before)
+                for kind, total in self.planned_totals().items()}
+
+
+# ----------------------------------------------------------------------------- selection
+
+def select_receiver(stats: list[LayerStatistics], counts: list[int], full_width: int,
+                    rng: np.random.Generator | None = None) -> int | None:
+    """The eligible layer with the highest growth priority ``P_l`` (random if ``rng``).
+
+    Eligible: below full width and holding at least one unit with statistics to clone.
+    """
+    eligible = [layer for layer, (s, n) in enumerate(zip(stats, counts))
+                if n < full_width and bool((s.age > 0).any())]
+    if not eligible:
+        return None
+    if rng is not None:
+        return int(rng.choice(eligible))
+    return max(eligible, key=lambda layer: stats[layer].growth_priority())
+
+
+def select_donors(stats: list[LayerStatistics], counts: list[int], receiver: int, k: int,
+                  min_age: int, rng: np.random.Generator | None = None) -> list[tuple[int, int]]:
+    """Up to ``k`` (layer, unit) pairs outside ``receiver`` with the lowest pruning scores.
+
+    Units younger than ``min_age`` steps are not eligible, and no layer gives its last unit.
+    Scores are compared globally, across layers (random order if ``rng``).
+    """
+    candidates = []
+    for layer, s in enumerate(stats):
+        if layer == receiver:
+            continue
+        scores = s.pruning_scores()
+        for unit in torch.nonzero(s.age >= min_age).flatten().tolist():
+            candidates.append((float(scores[unit]), layer, unit))
+    if rng is not None:
+        candidates = [candidates[i] for i in rng.permutation(len(candidates))]
+    else:
+        candidates.sort()
+    remaining = list(counts)
+    donors: list[tuple[int, int]] = []
+    for _, layer, unit in candidates:
+        if len(donors) == k:
+            break
+        if remaining[layer] > 1:
+            donors.append((layer, unit))
+            remaining[layer] -= 1
+    return donors
+
+
+def select_parents(stats: LayerStatistics, k: int) -> list[int]:
+    """The ``k`` units of the receiver with the highest growth scores (unscored units last)."""
+    scores = torch.nan_to_num(stats.growth_scores(), nan=-math.inf)
+    return torch.topk(scores, k).indices.tolist()
+
+
+# ----------------------------------------------------------------------------- surgery
+
+def prune(block: nn.Module, kind: str, victims: list[int], stats: LayerStatistics,
+          optimizer: torch.optim.Optimizer | None) -> None:
+    """Remove ``victims`` from the layer's tensors, optimizer state and statistics."""
+    doomed = set(victims)
+    keep = torch.tensor([u for u in range(unit_count(block, kind)) if u not in doomed])
+    regather_units(block, kind, keep, torch.ones(len(keep)), optimizer)
+    stats.regather(keep, reset=torch.zeros(len(keep), dtype=torch.bool))
+
+
+def clone(block: nn.Module, kind: str, parents: list[int], stats: LayerStatistics,
+          optimizer: torch.optim.Optimizer | None, alpha: float = 0.5,
+          symmetry_noise: float = 1e-3, generator: torch.Generator | None = None) -> None:
+    """Append one clone per parent: input parameters copied, output parameters split.
+
+    Parent keeps ``alpha`` of its output weights and the clone gets ``1 - alpha``, so the
+    layer computes the same function. Why noise: the two copies see identical inputs and,
+    with the optimizer state of :mod:`barter_mini.surgery`, gradients that differ only by
+    the factor ``alpha / (1 - alpha)``. Adam's update ``m / sqrt(v)`` is invariant to that
+    scale, so without a perturbation the copies would keep identical input weights for
+    ever and act as one unit. ``symmetry_noise`` times the parameter RMS of Gaussian noise on
+    the clone's input parameters breaks the tie (0 keeps the clone exact).
+    """
+    count, k = unit_count(block, kind), len(parents)
+    parent_index = torch.tensor(parents, dtype=torch.long)
+    sources = torch.cat([torch.arange(count), parent_index])
+    out_scale = torch.ones(count + k)
+    out_scale[parent_index] = alpha
+    out_scale[count:] = 1 - alpha
+    fresh = torch.zeros(count + k, dtype=torch.bool)
+    fresh[parent_index] = True
+    fresh[count:] = True
+    is_clone = torch.zeros(count + k, dtype=torch.bool)
+    is_clone[count:] = True
+    regather_units(block, kind, sources, out_scale, optimizer,
+                   input_noise=symmetry_noise, noisy=is_clone, generator=generator)
+    stats.regather(sources, reset=fresh)
+
+
+@dataclass
+class Transfer:
+    """What one update did to one unit kind."""
+
+    kind: str
+    scheduled: int
+    receiver: int | None = None
+    donors: list[tuple[int, int]] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+
+    @property
+    def executed(self) -> int:
+        return len(self.parents)
+
+
+def transfer_units(model: nn.Module, kind: str, k: int, statistics: UnitStatistics,
+                   optimizer: torch.optim.Optimizer | None, settings: BarterSettings,
+                   rng: np.random.Generator | None = None,
+                   generator: torch.Generator | None = None) -> Transfer:
+    """Move up to ``k`` units of ``kind`` into the receiving layer (steps 1-4 above)."""
+    record = Transfer(kind=kind, scheduled=k)
+    if k <= 0:
+        return record
+    stats = statistics.layers[kind]
+    counts = [unit_count(b, kind) for b in model.blocks]
+    full = model.config.heads_per_layer if kind == "heads" else model.config.ffn_per_layer
+    receiver = select_receiver(stats, counts, full, rng if settings.random_receiver else None)
+    if receiver is None:
+        return record
+    k = min(k, full - counts[receiver], counts[receiver])
+    donors = select_donors(stats, counts, receiver, k, settings.protected_steps,
+                           rng if settings.random_donor else None)
+    parents = select_parents(stats[receiver], len(donors))
+    for layer in sorted({layer for layer, _ in donors}):
+        prune(model.blocks[layer], kind, [u for l, u in donors if l == layer], stats[layer], optimizer)
+    clone(model.blocks[receiver], kind, parents, stats[receiver], optimizer,
+          settings.split_alpha, settings.symmetry_noise, generator)
+    record.receiver, record.donors, record.parents = receiver, donors, parents
+    return record
+
+
+def topology_update(model: nn.Module, ks: dict[str, int], statistics: UnitStatistics,
+                    optimizer: torch.optim.Optimizer | None, settings: BarterSettings,
+                    rng: np.random.Generator | None = None,
+                    generator: torch.Generator | None = None) -> dict[str, Transfer]:
+    """One topology update for both unit kinds; re-hooks the statistics on the new tensors."""
+    records = {kind: transfer_units(model, kind, ks.get(kind, 0), statistics, optimizer,
+                                    settings, rng, generator) for kind in UNIT_KINDS}
+    statistics.attach()
+    return records
+
+
+class BarterController:
+    """Runs the schedule during training: call :meth:`after_step` after each optimizer step."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, total_steps: int,
+                 settings: BarterSettings = BarterSettings(), seed: int = 0):
+        self.model, self.optimizer, self.settings = model, optimizer, settings
+        allocation = model.allocation()
+        self.budget = Budget(heads=sum(allocation.heads), ffn=sum(allocation.ffn))
+        self.schedule = TransferSchedule(total_steps, self.budget, settings)
+        self.statistics = UnitStatistics(model, beta=settings.stats_beta)
+        self.rng = np.random.default_rng(seed)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.executed = {kind: 0 for kind in UNIT_KINDS}
+        self.history: list[dict] = [{"step": 0, **allocation.as_dict()}]
+
+    def after_step(self, step: int) -> dict[str, Transfer] | None:
+        ks = self.schedule.transfers_at(step)
+        if not any(ks.values()):
+            return None
+        records = topology_update(self.model, ks, self.statistics, self.optimizer,
+                                  self.settings, self.rng, self.generator)
+        for kind, record in records.items():
+            self.executed[kind] += record.executed
+        self.history.append({"step": step, **self.model.allocation().as_dict(),
+                             "transfers": {k: asdict(r) | {"executed": r.executed}
+                                           for k, r in records.items()}})
+        return records
+
+    def summary(self) -> dict:
+        return {"budget": asdict(self.budget), "planned": self.schedule.planned_totals(),
+                "executed": dict(self.executed), "updates": len(self.history) - 1}

@@ -1,0 +1,158 @@
+"""Statistics of active units, gathered by hooks during the ordinary backward pass.
+
+Only the compact tensors exist, so only active units can be scored; nothing here runs an
+extra forward or backward pass or builds a dense gradient. A hook fires on a parameter once
+its gradient is accumulated (``register_post_accumulate_grad_hook``) and folds a per-unit
+reduction of ``w * g`` or ``g ** 2`` into an exponential moving average (EMA, factor beta).
+
+For unit ``i`` of a layer with output parameters ``W_out`` (the head's ``proj`` columns, the
+channel's ``fc2`` column) and input parameters ``W_in`` (the head's q, k, v rows, the
+channel's ``fc1`` row):
+
+pruning score (first-order Taylor importance, Molchanov et al. 2019)
+    ``p_i = EMA[(sum_{j in out(i)} W_j g_j)^2]``. Because ``sum_j W_out[:, i] g_out[:, i]``
+    equals ``sum_{batch, tokens} a_i dL/da_i`` for the unit's activation ``a_i``, the bracket
+    is the first-order change of the mini-batch loss when the unit is removed; squaring
+    before averaging keeps units that matter in either direction. Lowest are pruned first.
+
+growth score (gradient pressure)
+    ``g_i = EMA[||dL/dW_in[i]||^2]``: how hard the loss pushes on the unit's input weights.
+    After a split the two copies can follow that push in different directions, so the
+    units under the most pressure are the most useful parents to clone.
+
+growth priority of a layer
+    the mean pruning score of its units, ``P_l = mean_i p_i``: the marginal value of one
+    unit in that layer. Capacity flows from the units worth least anywhere to the layer
+    whose units are worth most on average, which is the "barter" of the method's name.
+
+Every EMA is bias-corrected by its own age (``ema / (1 - beta^age)``), so a unit born a few
+steps ago is comparable with an old one; units of age 0 have no statistics yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+
+import torch
+from torch import nn
+
+from .surgery import UNIT_KINDS, unit_count, unit_parameters
+
+
+@dataclass
+class LayerStatistics:
+    """EMA statistics of the units of one kind in one layer."""
+
+    importance: torch.Tensor
+    pressure: torch.Tensor
+    age: torch.Tensor
+    beta: float
+
+    @classmethod
+    def fresh(cls, num_units: int, beta: float, device=None) -> "LayerStatistics":
+        zeros = torch.zeros(num_units, device=device)
+        return cls(zeros.clone(), zeros.clone(), torch.zeros(num_units, dtype=torch.long, device=device), beta)
+
+    def _corrected(self, ema: torch.Tensor) -> torch.Tensor:
+        correction = 1 - self.beta ** self.age.to(ema.dtype)
+        return torch.where(self.age > 0, ema / correction.clamp_min(1e-12), torch.nan)
+
+    def pruning_scores(self) -> torch.Tensor:
+        """Bias-corrected pruning scores ``p_i``; NaN where a unit has no statistics yet."""
+        return self._corrected(self.importance)
+
+    def growth_scores(self) -> torch.Tensor:
+        """Bias-corrected growth scores ``g_i``; NaN where a unit has no statistics yet."""
+        return self._corrected(self.pressure)
+
+    def growth_priority(self) -> float:
+        """``P_l``: mean pruning score over the units that have statistics (0 if none)."""
+        scores = self.pruning_scores()
+        known = scores[~scores.isnan()]
+        return float(known.mean()) if known.numel() else 0.0
+
+    def observe_importance(self, per_unit_taylor: torch.Tensor) -> None:
+        self.importance.mul_(self.beta).add_(per_unit_taylor.square(), alpha=1 - self.beta)
+        self.age += 1
+
+    def observe_pressure(self, per_unit_grad_sq: torch.Tensor) -> None:
+        self.pressure.mul_(self.beta).add_(per_unit_grad_sq, alpha=1 - self.beta)
+
+    def regather(self, sources: torch.Tensor, reset: torch.Tensor) -> None:
+        """Follow a surgery: new unit ``j`` is old ``sources[j]``; ``reset`` units start afresh."""
+        sources = sources.to(self.age.device)
+        reset = reset.to(self.age.device)
+        self.importance = torch.where(reset, 0.0, self.importance[sources])
+        self.pressure = torch.where(reset, 0.0, self.pressure[sources])
+        self.age = torch.where(reset, 0, self.age[sources])
+
+    def state_dict(self) -> dict:
+        return {"importance": self.importance.cpu(), "pressure": self.pressure.cpu(),
+                "age": self.age.cpu(), "beta": self.beta}
+
+
+def _per_unit(values: torch.Tensor, blocks: int, num_units: int, width: int) -> torch.Tensor:
+    return values.view(blocks, num_units, width).sum(dim=(0, 2))
+
+
+@dataclass
+class UnitStatistics:
+    """Statistics of every layer and unit kind of a compact model, fed by gradient hooks.
+
+    ``layers[kind][l]`` is the :class:`LayerStatistics` of layer ``l``. Call :meth:`attach`
+    again after a surgery replaced parameters (``barter.topology_update`` does).
+    """
+
+    model: nn.Module
+    beta: float = 0.9
+    enabled: bool = True
+    layers: dict[str, list[LayerStatistics]] = field(default_factory=dict)
+    _handles: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        device = next(self.model.parameters()).device
+        if not self.layers:
+            self.layers = {kind: [LayerStatistics.fresh(unit_count(b, kind), self.beta, device)
+                                  for b in self.model.blocks] for kind in UNIT_KINDS}
+        self.attach()
+
+    def attach(self) -> None:
+        """(Re)register the hooks on the parameters the model holds now."""
+        self.detach()
+        for layer, block in enumerate(self.model.blocks):
+            for kind in UNIT_KINDS:
+                for spec in unit_parameters(block, kind):
+                    if spec.name != "weight":
+                        continue
+                    hook = self._importance_hook if spec.role == "out" else self._pressure_hook
+                    self._handles.append(spec.tensor.register_post_accumulate_grad_hook(
+                        partial(hook, kind=kind, layer=layer, blocks=spec.blocks,
+                                width=spec.width, axis=spec.axis)))
+
+    def detach(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    @torch.no_grad()
+    def _importance_hook(self, param, kind, layer, blocks, width, axis) -> None:
+        if not self.enabled or param.grad is None:
+            return
+        other = 1 - axis
+        taylor = (param * param.grad).sum(dim=other)
+        stats = self.layers[kind][layer]
+        stats.observe_importance(_per_unit(taylor, blocks, stats.age.numel(), width))
+
+    @torch.no_grad()
+    def _pressure_hook(self, param, kind, layer, blocks, width, axis) -> None:
+        if not self.enabled or param.grad is None:
+            return
+        other = 1 - axis
+        grad_sq = param.grad.square().sum(dim=other)
+        stats = self.layers[kind][layer]
+        stats.observe_pressure(_per_unit(grad_sq, blocks, stats.age.numel(), width))
+
+    def state_dict(self) -> dict:
+        return {kind: [s.state_dict() for s in layer_stats] for kind, layer_stats in self.layers.items()}
+

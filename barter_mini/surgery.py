@@ -1,0 +1,171 @@
+"""Physical resizing of compact layers: prune, clone with output splitting, optimizer remap.
+
+A *unit* is an attention head or an FFN channel. Each unit owns
+
+* input parameters: a head's q, k and v rows of ``attn.qkv`` (plus bias rows, if any);
+  a channel's row of ``mlp.fc1.weight`` and its entry of ``mlp.fc1.bias``;
+* output parameters: a head's ``head_dim`` columns of ``attn.proj.weight``; a channel's
+  column of ``mlp.fc2.weight``.
+
+Every change of a layer's units is one *regather*: new unit ``j`` is old unit
+``sources[j]``. Pruning leaves units out; cloning lists a parent twice. A split clone
+multiplies the two copies' output parameters by ``alpha`` and ``1 - alpha``, so the sum of
+their contributions, and hence the network function, is unchanged (paper Figure 2).
+
+Optimizer state under a split (reference notes, section 2). The two copies have identical
+activations, so their output columns receive exactly the gradient the original column
+received, and their input parameters receive the original input gradient times their
+output factor ``s`` (``alpha`` or ``1 - alpha``): ``dL/dz_copy = s * dL/dz``. State that is
+linear in the gradient (Adam's ``exp_avg``, SGD's ``momentum_buffer``) is therefore scaled
+by ``s`` on input parameters and copied on output parameters; quadratic state (``exp_avg_sq``,
+``max_exp_avg_sq``) is scaled by ``s**2`` and copied; the step count is kept. With this
+state the next Adam step is what it would have been had the split always existed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .errors import BarterError
+
+UNIT_KINDS = ("heads", "ffn")
+
+#: how a per-element optimizer state scales with the gradient: linearly or quadratically
+STATE_GRADIENT_POWER = {"exp_avg": 1, "momentum_buffer": 1, "exp_avg_sq": 2, "max_exp_avg_sq": 2}
+
+
+@dataclass(frozen=True)
+class UnitParameter:
+    """Where one parameter tensor stores its units.
+
+    Along ``axis`` the tensor holds ``blocks`` consecutive groups (q, k, v for ``qkv``),
+    each of ``num_units * width`` entries, unit ``u`` at ``[u * width, (u + 1) * width)``.
+    ``role`` is ``"in"`` (copied to a clone) or ``"out"`` (split between parent and clone).
+    """
+
+    module: nn.Module
+    name: str
+    axis: int
+    width: int
+    blocks: int
+    role: str
+
+    @property
+    def tensor(self) -> nn.Parameter:
+        return getattr(self.module, self.name)
+
+    def element_index(self, units: torch.Tensor, num_units: int) -> torch.Tensor:
+        """Indices along ``axis`` of the entries of ``units`` (in the order given)."""
+        offsets = torch.arange(self.width, device=units.device)
+        return torch.cat([((b * num_units + units)[:, None] * self.width + offsets).flatten()
+                          for b in range(self.blocks)])
+
+    def per_element(self, per_unit: torch.Tensor) -> torch.Tensor:
+        """Broadcast a per-unit vector to this tensor's shape (for scaling along ``axis``)."""
+        values = per_unit.repeat_interleave(self.width).repeat(self.blocks)
+        shape = [1] * self.tensor.dim()
+        shape[self.axis] = -1
+        return values.view(shape)
+
+
+def unit_count(block: nn.Module, kind: str) -> int:
+    return block.attn.num_heads if kind == "heads" else block.mlp.fc1.out_features
+
+
+def unit_parameters(block: nn.Module, kind: str) -> list[UnitParameter]:
+    """The parameters of ``block`` that hold units of ``kind`` (``"heads"`` or ``"ffn"``)."""
+    if kind == "heads":
+        attn = block.attn
+        params = [UnitParameter(attn.qkv, "weight", 0, attn.head_dim, 3, "in"),
+                  UnitParameter(attn.proj, "weight", 1, attn.head_dim, 1, "out")]
+        if attn.qkv.bias is not None:
+            params.append(UnitParameter(attn.qkv, "bias", 0, attn.head_dim, 3, "in"))
+        return params
+    if kind == "ffn":
+        mlp = block.mlp
+        params = [UnitParameter(mlp.fc1, "weight", 0, 1, 1, "in"),
+                  UnitParameter(mlp.fc2, "weight", 1, 1, 1, "out")]
+        if mlp.fc1.bias is not None:
+            params.append(UnitParameter(mlp.fc1, "bias", 0, 1, 1, "in"))
+        return params
+    raise BarterError(f"unknown unit kind {kind!r}: choose one of {', '.join(UNIT_KINDS)}")
+
+
+def _set_unit_count(block: nn.Module, kind: str, count: int) -> None:
+    # timm's modules read these attributes in forward (Attention reshapes with num_heads
+    # and attn_dim); the Linear attributes keep repr() and state_dict loading honest.
+    if kind == "heads":
+        attn = block.attn
+        attn.num_heads = count
+        attn.attn_dim = count * attn.head_dim
+        attn.qkv.out_features = 3 * attn.attn_dim
+        attn.proj.in_features = attn.attn_dim
+    else:
+        block.mlp.fc1.out_features = count
+        block.mlp.fc2.in_features = count
+
+
+def remap_optimizer_state(optimizer: torch.optim.Optimizer | None, old: nn.Parameter,
+                          new: nn.Parameter, spec: UnitParameter, index: torch.Tensor,
+                          gradient_scale: torch.Tensor | None) -> None:
+    """Move ``old``'s optimizer state to ``new``, gathered along the unit axis.
+
+    ``gradient_scale`` (per new element, or None) is how much larger the new entry's
+    gradient is than the old one's; first moments scale by it, second moments by its square.
+    The param groups are pointed at ``new``, so LR schedulers and weight decay keep working.
+    """
+    if optimizer is None:
+        return
+    for group in optimizer.param_groups:
+        group["params"] = [new if p is old else p for p in group["params"]]
+    state = optimizer.state.pop(old, None)
+    if not state:
+        return
+    remapped = {}
+    for key, value in state.items():
+        if torch.is_tensor(value) and value.shape == old.shape:
+            if key not in STATE_GRADIENT_POWER:
+                raise BarterError(f"cannot remap optimizer state {key!r}: supported are "
+                                  f"{', '.join(STATE_GRADIENT_POWER)} (AdamW, Adam, SGD)")
+            value = value.index_select(spec.axis, index)
+            if gradient_scale is not None:
+                value = value * gradient_scale ** STATE_GRADIENT_POWER[key]
+        remapped[key] = value
+    optimizer.state[new] = remapped
+
+
+def regather_units(block: nn.Module, kind: str, sources: torch.Tensor, out_scale: torch.Tensor,
+                   optimizer: torch.optim.Optimizer | None = None,
+                   input_noise: float = 0.0, noisy: torch.Tensor | None = None,
+                   generator: torch.Generator | None = None) -> None:
+    """Rebuild ``block``'s units of ``kind`` so that new unit ``j`` is old unit ``sources[j]``.
+
+    Output parameters of new unit ``j`` are multiplied by ``out_scale[j]``. Units flagged in
+    ``noisy`` get Gaussian noise of ``input_noise`` times the parameter's RMS on their input
+    parameters (symmetry breaking, see :func:`barter_mini.barter.clone`). Every touched
+    tensor becomes a new ``nn.Parameter`` and its optimizer state is remapped.
+    """
+    num_old = unit_count(block, kind)
+    sources = sources.to(torch.long)
+    for spec in unit_parameters(block, kind):
+        old = spec.tensor
+        device = old.device
+        index = spec.element_index(sources.to(device), num_old)
+        with torch.no_grad():
+            data = old.detach().index_select(spec.axis, index)
+            scale = spec.per_element(out_scale.to(device, old.dtype))
+            if spec.role == "out":
+                data = data * scale
+            elif input_noise > 0 and noisy is not None and bool(noisy.any()):
+                rms = old.detach().pow(2).mean().sqrt()
+                noise = torch.randn(data.shape, generator=generator, dtype=data.dtype).to(device)
+                mask = spec.per_element(noisy.to(device, old.dtype))
+                data = data + input_noise * rms * noise * mask
+        new = nn.Parameter(data, requires_grad=old.requires_grad)
+        setattr(spec.module, spec.name, new)
+        gradient_scale = scale if spec.role == "in" else None
+        remap_optimizer_state(optimizer, old, new, spec, index, gradient_scale)
+    _set_unit_count(block, kind, int(sources.numel()))
