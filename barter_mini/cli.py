@@ -1,0 +1,167 @@
+"""The ``barter-mini`` command line: describe, train, overhead."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import BarterError
+
+
+def _describe(args) -> dict:
+    from .barter import BarterSettings, TransferSchedule
+    from .budgets import PAPER_TABLE3, compute_budget, full_allocation, initial_allocation
+    from .configs import get_model_config
+    from .measure import count_parameters, training_gflops_per_image
+    from .models import build_model
+
+    config = get_model_config(args.model)
+    budget = compute_budget(config, args.density)
+    allocation = initial_allocation(config, budget) if args.density < 1 else full_allocation(config)
+    model = build_model(config, allocation=allocation)
+    planned = TransferSchedule(1, budget, BarterSettings()).planned_totals()
+    paper = PAPER_TABLE3.get((config.name, round(args.density, 3)))
+    return {
+        "model": config.name, "density": args.density,
+        "budget": {"heads": budget.heads, "ffn": budget.ffn},
+        "full": {"heads": config.depth * config.heads_per_layer, "ffn": config.depth * config.ffn_per_layer},
+        "allocation": allocation.as_dict(),
+        "params": count_parameters(model),
+        "train_gflops_per_image": training_gflops_per_image(model),
+        "transfers_planned": planned,
+        "paper_table3": None if paper is None else
+        {"heads": paper[0], "ffn": paper[1], "K_H": paper[2], "K_C": paper[3]},
+    }
+
+
+def _print_description(d: dict) -> None:
+    print(f"{d['model']} at density {d['density']:g}")
+    print(f"  budget        heads {d['budget']['heads']} of {d['full']['heads']}, "
+          f"FFN channels {d['budget']['ffn']} of {d['full']['ffn']}")
+    if d["paper_table3"]:
+        p = d["paper_table3"]
+        print(f"  paper Table 3 heads {p['heads']}, FFN channels {p['ffn']}, K_H {p['K_H']}, K_C {p['K_C']}")
+    print(f"  transfers     K_H {d['transfers_planned']['heads']}, K_C {d['transfers_planned']['ffn']} (planned, 1x)")
+    print("  layer  heads  FFN channels")
+    for i, (h, c) in enumerate(zip(d["allocation"]["heads"], d["allocation"]["ffn"])):
+        print(f"  {i:5d}  {h:5d}  {c:12d}")
+    print(f"  parameters    {d['params']:,} ({d['params'] / 1e6:.4f} M)")
+    print(f"  training      {d['train_gflops_per_image']:.4f} GFLOPs/image (3 x forward)")
+
+
+def cmd_describe(args) -> int:
+    description = _describe(args)
+    if args.json:
+        print(json.dumps(description, indent=2))
+    else:
+        _print_description(description)
+    return 0
+
+
+def cmd_train(args) -> int:
+    from .train import RunConfig, train
+
+    run = RunConfig(method=args.method, model=args.model, dataset=args.dataset,
+                    density=args.density, seed=args.seed, recipe=args.recipe, epochs=args.epochs,
+                    batch_size=args.batch_size, lr=args.lr, train_subset=args.train_subset,
+                    transfer_multiplier=args.transfer_multiplier, delta_t=args.delta_t,
+                    data_root=args.data_root, download=args.download, device=args.device,
+                    progress=not args.no_progress)
+    metrics = train(run, args.out)
+    print(f"{metrics['method']} {metrics['model']} rho={metrics['density']:g} on {metrics['dataset']}: "
+          f"test acc {metrics['test_acc']:.4f}, test macro-F1 {metrics['test_macro_f1']:.4f}, "
+          f"val acc {metrics['val_acc']:.4f}, wall time {metrics['wall_time_s']:.1f} s, "
+          f"transfers {metrics['transfers_executed']['heads']} heads / "
+          f"{metrics['transfers_executed']['ffn']} FFN channels -> {Path(args.out) / 'metrics.json'}")
+    return 0
+
+
+def cmd_overhead(args) -> int:
+    from .measure import statistics_overhead
+
+    result = statistics_overhead(args.model, args.density, args.batch, args.steps, args.warmup)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"{result['model']} rho={result['density']:g} batch {result['batch']} on {result['device']}: "
+              f"step {1e3 * result['step_s_without_hooks']:.1f} ms without statistics, "
+              f"{1e3 * result['step_s_with_hooks']:.1f} ms with (median of {result['steps']}); "
+              f"overhead {result['overhead_percent']:+.2f} %")
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _density(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"density must be a number in (0, 1], got {text!r}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .configs import MODEL_CONFIGS
+    from .recipes import RECIPE_NAMES
+    from .train import METHODS
+
+    parser = argparse.ArgumentParser(prog="barter-mini", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("describe", help="budgets, per-layer allocation, parameters and GFLOPs of a model")
+    p.add_argument("--model", required=True, help=f"one of {', '.join(MODEL_CONFIGS)}")
+    p.add_argument("--density", type=_density, default=1.0, help="fraction of heads and FFN channels kept, in (0, 1]")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_describe)
+
+    p = sub.add_parser("train", help="train one run into --out")
+    p.add_argument("--method", default="barter", help=f"one of {', '.join(METHODS)}")
+    p.add_argument("--model", default="cct-mini", help=f"one of {', '.join(MODEL_CONFIGS)}")
+    p.add_argument("--dataset", default="fashion-mnist", help="fashion-mnist, digits, cifar100 or tiny-imagenet")
+    p.add_argument("--density", type=_density, default=0.3, help="fraction of heads and FFN channels kept (dense: 1)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (model init, data split and order, updates)")
+    p.add_argument("--recipe", default="quick", help=f"one of {', '.join(RECIPE_NAMES)}")
+    p.add_argument("--epochs", type=_positive_int)
+    p.add_argument("--batch-size", type=_positive_int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--train-subset", type=_positive_int, help="train on the first N shuffled training images")
+    p.add_argument("--transfer-multiplier", type=float, help="scale the planned transfers (Table 16)")
+    p.add_argument("--delta-t", type=_positive_int, help="optimizer steps between topology updates")
+    p.add_argument("--data-root", help="dataset folder (default: $BARTER_MINI_DATA or ./data)")
+    p.add_argument("--download", action="store_true", help="let torchvision download a missing dataset")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--out", required=True, help="run folder for best.pt, last.pt and metrics.json")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("overhead", help="time a training step with and without the statistics hooks")
+    p.add_argument("--model", default="cct-paper")
+    p.add_argument("--density", type=_density, default=0.5)
+    p.add_argument("--batch", type=_positive_int, default=32)
+    p.add_argument("--steps", type=_positive_int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_overhead)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except BarterError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
