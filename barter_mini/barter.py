@@ -26,7 +26,7 @@ from torch import nn
 
 from .budgets import Budget
 from .statistics import LayerStatistics, UnitStatistics
-from .surgery import UNIT_KINDS, regather_units, unit_count
+from .surgery import UNIT_KINDS, perturb_input_parameters, regather_units, unit_count
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class BarterSettings:
     ffn_fraction: float = 0.05625
     transfer_multiplier: float = 1.0
     split_alpha: float = 0.5
-    symmetry_noise: float = 1e-3
+    symmetry_noise: float = 1e-2
     stats_beta: float = 0.9
     min_age: int | None = None
     random_receiver: bool = False
@@ -60,7 +60,7 @@ class TransferSchedule:
     """When to update and how many units to move (paper Tables 3 and 16).
 
     Updates happen every ``delta_t`` optimizer steps up to ``t_end * total_steps``. Over the
-    whole schedule ``K_total = round(multiplier * fraction * budget)`` units of each kind are
+    whole schedule ``K_total = multiplier * round(fraction * budget)`` units of each kind are
     moved (fractions 0.06 for heads and 0.05625 for FFN channels reproduce every K_H and K_C
     of Table 3). They are spread over the updates with RigL's cosine decay
     ``k(t) ~ (1 + cos(pi t / T_end)) / 2``: the cumulative share
@@ -79,9 +79,10 @@ class TransferSchedule:
         return list(range(self.settings.delta_t, last + 1, self.settings.delta_t))
 
     def planned_totals(self) -> dict[str, int]:
+        """``K_total = round(multiplier * round(fraction * budget))``: Table 16 doubles K exactly."""
         s = self.settings
-        return {"heads": round(s.transfer_multiplier * s.head_fraction * self.budget.heads),
-                "ffn": round(s.transfer_multiplier * s.ffn_fraction * self.budget.ffn)}
+        return {"heads": round(s.transfer_multiplier * round(s.head_fraction * self.budget.heads)),
+                "ffn": round(s.transfer_multiplier * round(s.ffn_fraction * self.budget.ffn))}
 
     def _cumulative_share(self, step: int) -> float:
         steps = self.update_steps
@@ -168,30 +169,31 @@ def prune(block: nn.Module, kind: str, victims: list[int], stats: LayerStatistic
 
 def clone(block: nn.Module, kind: str, parents: list[int], stats: LayerStatistics,
           optimizer: torch.optim.Optimizer | None, alpha: float = 0.5,
-          symmetry_noise: float = 1e-3, generator: torch.Generator | None = None) -> None:
+          symmetry_noise: float = 1e-2, generator: torch.Generator | None = None) -> None:
     """Append one clone per parent: input parameters copied, output parameters split.
 
-    Parent keeps ``alpha`` of its output weights and the clone gets ``1 - alpha``, so the
-    layer computes the same function. Why noise: the two copies see identical inputs and,
-    with the optimizer state of :mod:`barter_mini.surgery`, gradients that differ only by
-    the factor ``alpha / (1 - alpha)``. Adam's update ``m / sqrt(v)`` is invariant to that
-    scale, so without a perturbation the copies would keep identical input weights for
-    ever and act as one unit. ``symmetry_noise`` times the parameter RMS of Gaussian noise on
-    the clone's input parameters breaks the tie (0 keeps the clone exact).
+    The parent keeps ``alpha`` of its output weights and the clone gets ``1 - alpha``, so the
+    layer computes the same function. Why symmetry breaking is needed: the two copies see
+    identical inputs and, with the optimizer state of :mod:`barter_mini.surgery`, gradients
+    that differ only by the factor ``alpha / (1 - alpha)``. Adam's update ``m / sqrt(v)`` is
+    invariant to that scale, so the copies would keep identical input weights for ever and
+    act as one unit. ``symmetry_noise`` > 0 adds antithetic noise to the pair's input
+    parameters (:func:`barter_mini.surgery.perturb_input_parameters`), which separates them
+    while changing the function only to second order; 0 keeps the clone exact.
     """
     count, k = unit_count(block, kind), len(parents)
     parent_index = torch.tensor(parents, dtype=torch.long)
+    clone_index = torch.arange(count, count + k)
     sources = torch.cat([torch.arange(count), parent_index])
     out_scale = torch.ones(count + k)
     out_scale[parent_index] = alpha
-    out_scale[count:] = 1 - alpha
+    out_scale[clone_index] = 1 - alpha
+    regather_units(block, kind, sources, out_scale, optimizer)
+    if symmetry_noise > 0:
+        perturb_input_parameters(block, kind, parent_index, clone_index, alpha, symmetry_noise, generator)
     fresh = torch.zeros(count + k, dtype=torch.bool)
     fresh[parent_index] = True
-    fresh[count:] = True
-    is_clone = torch.zeros(count + k, dtype=torch.bool)
-    is_clone[count:] = True
-    regather_units(block, kind, sources, out_scale, optimizer,
-                   input_noise=symmetry_noise, noisy=is_clone, generator=generator)
+    fresh[clone_index] = True
     stats.regather(sources, reset=fresh)
 
 

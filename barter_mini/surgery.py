@@ -138,34 +138,48 @@ def remap_optimizer_state(optimizer: torch.optim.Optimizer | None, old: nn.Param
 
 
 def regather_units(block: nn.Module, kind: str, sources: torch.Tensor, out_scale: torch.Tensor,
-                   optimizer: torch.optim.Optimizer | None = None,
-                   input_noise: float = 0.0, noisy: torch.Tensor | None = None,
-                   generator: torch.Generator | None = None) -> None:
+                   optimizer: torch.optim.Optimizer | None = None) -> None:
     """Rebuild ``block``'s units of ``kind`` so that new unit ``j`` is old unit ``sources[j]``.
 
-    Output parameters of new unit ``j`` are multiplied by ``out_scale[j]``. Units flagged in
-    ``noisy`` get Gaussian noise of ``input_noise`` times the parameter's RMS on their input
-    parameters (symmetry breaking, see :func:`barter_mini.barter.clone`). Every touched
-    tensor becomes a new ``nn.Parameter`` and its optimizer state is remapped.
+    Output parameters of new unit ``j`` are multiplied by ``out_scale[j]``; input parameters
+    are copied. Every touched tensor becomes a new ``nn.Parameter`` and its optimizer state
+    is remapped (:func:`remap_optimizer_state`, input gradients scale with ``out_scale``).
     """
     num_old = unit_count(block, kind)
     sources = sources.to(torch.long)
     for spec in unit_parameters(block, kind):
         old = spec.tensor
-        device = old.device
-        index = spec.element_index(sources.to(device), num_old)
+        index = spec.element_index(sources.to(old.device), num_old)
+        scale = spec.per_element(out_scale.to(old.device, old.dtype))
         with torch.no_grad():
             data = old.detach().index_select(spec.axis, index)
-            scale = spec.per_element(out_scale.to(device, old.dtype))
             if spec.role == "out":
                 data = data * scale
-            elif input_noise > 0 and noisy is not None and bool(noisy.any()):
-                rms = old.detach().pow(2).mean().sqrt()
-                noise = torch.randn(data.shape, generator=generator, dtype=data.dtype).to(device)
-                mask = spec.per_element(noisy.to(device, old.dtype))
-                data = data + input_noise * rms * noise * mask
         new = nn.Parameter(data, requires_grad=old.requires_grad)
         setattr(spec.module, spec.name, new)
-        gradient_scale = scale if spec.role == "in" else None
-        remap_optimizer_state(optimizer, old, new, spec, index, gradient_scale)
+        remap_optimizer_state(optimizer, old, new, spec, index, scale if spec.role == "in" else None)
     _set_unit_count(block, kind, int(sources.numel()))
+
+
+@torch.no_grad()
+def perturb_input_parameters(block: nn.Module, kind: str, parents: torch.Tensor, clones: torch.Tensor,
+                             alpha: float, scale: float, generator: torch.Generator | None = None) -> None:
+    """Antithetic noise on split pairs: parent ``+= (1 - alpha) eps``, clone ``-= alpha eps``.
+
+    ``eps ~ N(0, (scale * rms)^2)`` per entry, rms the root mean square of the parameter.
+    The pair's input weights now differ by ``eps``, while the layer's output changes only
+    to second order: ``alpha f'(w)(1 - alpha) eps - (1 - alpha) f'(w) alpha eps = 0``.
+    """
+    count = unit_count(block, kind)
+    for spec in unit_parameters(block, kind):
+        if spec.role != "in":
+            continue
+        param = spec.tensor
+        parent_index = spec.element_index(parents.to(param.device), count)
+        clone_index = spec.element_index(clones.to(param.device), count)
+        shape = list(param.shape)
+        shape[spec.axis] = parent_index.numel()
+        eps = torch.randn(shape, generator=generator).to(param.device, param.dtype)
+        eps *= scale * param.pow(2).mean().sqrt()
+        param.index_add_(spec.axis, parent_index, (1 - alpha) * eps)
+        param.index_add_(spec.axis, clone_index, -alpha * eps)

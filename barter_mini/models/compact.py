@@ -50,10 +50,11 @@ class CompactCCT(CompactTransformer):
         dim, k = config.embed_dim, config.conv_kernel
         layers: list[nn.Module] = []
         chans = config.in_chans
-        for _ in range(config.conv_layers):
-            layers += [nn.Conv2d(chans, dim, k, stride=1, padding=k // 2, bias=False), nn.ReLU(),
+        for i in range(config.conv_layers):
+            out = dim if i == config.conv_layers - 1 else (config.conv_channels or dim)
+            layers += [nn.Conv2d(chans, out, k, stride=1, padding=k // 2, bias=False), nn.ReLU(),
                        nn.MaxPool2d(3, stride=2, padding=1)]
-            chans = dim
+            chans = out
         self.tokenizer = nn.Sequential(*layers)
         self.pos_embed = nn.Parameter(torch.zeros(1, config.num_tokens, dim))
         rates = torch.linspace(0, drop_path, config.depth).tolist()

@@ -1,0 +1,139 @@
+"""Selection rules, the transfer schedule and 1,000 random updates (issue 2, section 5)."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from barter_mini.barter import (BarterSettings, TransferSchedule, select_donors, select_parents,
+                                select_receiver, topology_update)
+from barter_mini.budgets import PAPER_TABLE3, Budget
+from barter_mini.statistics import LayerStatistics, UnitStatistics
+
+from conftest import TINY_CCT, batch, tiny_model, train_step
+from test_surgery import assert_in_sync
+
+
+def layer(importance, pressure=None, age=None, beta=0.5):
+    n = len(importance)
+    stats = LayerStatistics.fresh(n, beta)
+    age = torch.tensor(age if age is not None else [1] * n)
+    # store EMAs so that the bias-corrected scores equal the given numbers
+    correction = 1 - beta ** age.float()
+    stats.importance = torch.tensor(importance, dtype=torch.float) * correction
+    stats.pressure = torch.tensor(pressure if pressure is not None else importance, dtype=torch.float) * correction
+    stats.age = age
+    return stats
+
+
+def test_receiver_is_the_eligible_layer_with_the_highest_mean_importance():
+    stats = [layer([1.0, 1.0]), layer([5.0]), layer([9.0, 9.0, 9.0]), layer([2.0, 6.0])]
+    # layer 2 has the highest priority but is full (3 of 3); layer 1 (5.0) beats layer 3 (4.0)
+    assert select_receiver(stats, [2, 1, 3, 2], full_width=3) == 1
+    assert stats[3].growth_priority() == pytest.approx(4.0)
+
+
+def test_receiver_needs_a_unit_with_statistics():
+    stats = [layer([1.0]), layer([50.0], age=[0])]
+    assert select_receiver(stats, [1, 1], full_width=4) == 0
+    assert select_receiver([layer([1.0], age=[0])], [1], full_width=4) is None
+
+
+def test_donors_are_the_lowest_scores_outside_the_receiver():
+    stats = [layer([0.5, 3.0, 0.1]), layer([0.05, 0.2]), layer([0.01, 7.0])]
+    donors = select_donors(stats, [3, 2, 2], receiver=2, k=3, min_age=1)
+    assert donors == [(1, 0), (0, 2), (0, 0)]
+
+
+def test_donors_leave_every_layer_one_unit_and_spare_young_units():
+    stats = [layer([0.1, 0.2]), layer([0.01], age=[5]), layer([0.3, 0.4, 0.05], age=[9, 9, 2])]
+    donors = select_donors(stats, [2, 1, 3], receiver=0, k=5, min_age=3)
+    # layer 1 keeps its single unit although it scores lowest; unit 2 of layer 2 is too
+    # young, so layer 2 gives its two old units and keeps the young one
+    assert donors == [(2, 0), (2, 1)]
+    assert select_donors(stats, [2, 1, 3], receiver=0, k=5, min_age=1) == [(2, 2), (2, 0)]
+
+
+def test_parents_are_the_highest_growth_scores():
+    stats = layer([1, 1, 1, 1], pressure=[0.2, 9.0, 0.1, 4.0], age=[3, 3, 0, 3])
+    assert select_parents(stats, 2) == [1, 3]
+
+
+def test_random_variants_use_the_generator():
+    import numpy as np
+    stats = [layer([1.0]), layer([5.0]), layer([2.0])]
+    picks = {select_receiver(stats, [1, 1, 1], 4, np.random.default_rng(s)) for s in range(20)}
+    assert picks == {0, 1, 2}
+
+
+@pytest.mark.parametrize("key", sorted(PAPER_TABLE3))
+def test_planned_transfers_reproduce_table_3(key):
+    heads, ffn, k_h, k_c = PAPER_TABLE3[key]
+    schedule = TransferSchedule(total_steps=70200, budget=Budget(heads, ffn))
+    assert schedule.planned_totals() == {"heads": k_h, "ffn": k_c}
+
+
+def test_schedule_is_cosine_decayed_and_adds_up():
+    schedule = TransferSchedule(10_000, Budget(56, 1795), BarterSettings(delta_t=100, t_end=0.75,
+                                                                      transfer_multiplier=4))
+    steps = schedule.update_steps
+    assert steps[0] == 100 and steps[-1] == 7500 and len(steps) == 75
+    ks = [schedule.transfers_at(s)["ffn"] for s in steps]
+    assert sum(ks) == 4 * 101 and sum(schedule.transfers_at(s)["heads"] for s in steps) == 4 * 3
+    assert sum(ks[:25]) > sum(ks[25:50]) > sum(ks[50:])        # decays
+    # cumulative share at 1/3 of T_end: (t + T/pi sin(pi t/T)) / T with t = T/3
+    third = steps[24]
+    expected = (1 / 3 + math.sin(math.pi / 3) / math.pi)
+    assert sum(ks[:25]) == round(404 * expected)
+    assert schedule.transfers_at(150)["ffn"] == 0 and schedule.transfers_at(7600)["ffn"] == 0
+    assert third == 2500
+
+
+# ------------------------------------------------------------------ 1,000 random updates
+
+update = st.fixed_dictionaries({
+    "k_heads": st.integers(0, 5), "k_ffn": st.integers(0, 10),
+    "min_age": st.integers(1, 4), "seed": st.integers(0, 2**16),
+    "random_receiver": st.booleans(), "random_donor": st.booleans(),
+})
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(update, min_size=50, max_size=50))
+def test_budgets_and_bounds_hold_after_random_updates(updates):
+    """20 examples x 50 updates = 1,000 random updates with random statistics."""
+    model = tiny_model(TINY_CCT, heads=(2, 3, 1), ffn=(5, 8, 3))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    statistics = UnitStatistics(model)
+    train_step(model, optimizer, *batch(TINY_CCT))
+    budget = (6, 16)
+    for u in updates:
+        g = torch.Generator().manual_seed(u["seed"])
+        for layer_stats in (*statistics.layers["heads"], *statistics.layers["ffn"]):
+            n = layer_stats.age.numel()
+            layer_stats.importance = torch.rand(n, generator=g)
+            layer_stats.pressure = torch.rand(n, generator=g)
+            layer_stats.age = torch.randint(0, 6, (n,), generator=g)
+        young = {kind: [(l, u_) for l, s in enumerate(statistics.layers[kind])
+                        for u_ in range(s.age.numel()) if s.age[u_] < u["min_age"]]
+                 for kind in ("heads", "ffn")}
+        settings_ = BarterSettings(min_age=u["min_age"], random_receiver=u["random_receiver"],
+                                   random_donor=u["random_donor"])
+        import numpy as np
+        records = topology_update(model, {"heads": u["k_heads"], "ffn": u["k_ffn"]}, statistics,
+                                  optimizer, settings_, np.random.default_rng(u["seed"]), g)
+        allocation = model.allocation()
+        assert (sum(allocation.heads), sum(allocation.ffn)) == budget
+        assert all(1 <= h <= 4 for h in allocation.heads) and all(1 <= c <= 12 for c in allocation.ffn)
+        for kind, record in records.items():
+            assert record.executed <= record.scheduled
+            assert len(record.donors) == record.executed
+            assert not set(record.donors) & set(young[kind])        # young units are never pruned
+            assert record.receiver not in {l for l, _ in record.donors}
+        assert_in_sync(model, optimizer)
+        for kind in ("heads", "ffn"):
+            counts = allocation.heads if kind == "heads" else allocation.ffn
+            assert [s.age.numel() for s in statistics.layers[kind]] == list(counts)
+    train_step(model, optimizer, *batch(TINY_CCT))   # the resized model still trains

@@ -1,0 +1,101 @@
+"""Statistics come from hooks on the compact tensors during the ordinary backward pass."""
+
+import pytest
+import torch
+
+from barter_mini.statistics import UnitStatistics
+
+from conftest import batch, tiny_model
+
+
+def activations_and_grads(model, x, y):
+    """Head outputs (proj inputs) and FFN hidden activations (fc2 inputs) with their gradients."""
+    captured = {}
+
+    def keep(name):
+        def hook(module, inputs):
+            inputs[0].retain_grad()
+            captured[name] = inputs[0]
+        return hook
+
+    handles = []
+    for i, block in enumerate(model.blocks):
+        handles.append(block.attn.proj.register_forward_pre_hook(keep(("heads", i))))
+        handles.append(block.mlp.fc2.register_forward_pre_hook(keep(("ffn", i))))
+    model.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    for h in handles:
+        h.remove()
+    return captured
+
+
+def test_pruning_score_is_the_taylor_importance_of_the_unit_activation(tiny_config):
+    model = tiny_model(tiny_config).eval()
+    stats = UnitStatistics(model, beta=0.9)
+    x, y = batch(tiny_config)
+    captured = activations_and_grads(model, x, y)
+    for (kind, i), a in captured.items():
+        per_unit = (a * a.grad).sum(dim=(0, 1))                 # sum over batch and tokens
+        if kind == "heads":
+            per_unit = per_unit.view(-1, model.blocks[i].attn.head_dim).sum(1)
+        expected = per_unit.square()
+        layer_stats = stats.layers[kind][i]
+        assert torch.allclose(layer_stats.pruning_scores(), expected, rtol=1e-4, atol=1e-12)
+        assert (layer_stats.age == 1).all()
+
+
+def test_growth_score_is_the_input_gradient_energy(tiny_config):
+    model = tiny_model(tiny_config).eval()
+    stats = UnitStatistics(model)
+    x, y = batch(tiny_config)
+    model.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    block = model.blocks[1]
+    g = block.attn.qkv.weight.grad
+    heads, d = block.attn.num_heads, block.attn.head_dim
+    expected = g.square().sum(1).view(3, heads, d).sum(dim=(0, 2))
+    assert torch.allclose(stats.layers["heads"][1].growth_scores(), expected, rtol=1e-5)
+    expected_ffn = block.mlp.fc1.weight.grad.square().sum(1)
+    assert torch.allclose(stats.layers["ffn"][1].growth_scores(), expected_ffn, rtol=1e-5)
+
+
+def test_ema_and_bias_correction_over_steps(tiny_config):
+    model = tiny_model(tiny_config).eval()
+    stats = UnitStatistics(model, beta=0.5)
+    observed = []
+    for seed in (1, 2, 3):
+        x, y = batch(tiny_config, seed=seed)
+        captured = activations_and_grads(model, x, y)
+        a = captured[("ffn", 0)]
+        observed.append((a * a.grad).sum(dim=(0, 1)).square())
+    ema = torch.zeros_like(observed[0])
+    for value in observed:
+        ema = 0.5 * ema + 0.5 * value
+    assert torch.allclose(stats.layers["ffn"][0].pruning_scores(), ema / (1 - 0.5 ** 3), rtol=1e-4)
+    assert (stats.layers["ffn"][0].age == 3).all()
+
+
+def test_no_extra_forward_and_detach_stops_collection(tiny_config):
+    model = tiny_model(tiny_config).eval()
+    stats = UnitStatistics(model)
+    calls = []
+    model.blocks[0].register_forward_hook(lambda *args: calls.append(1))
+    x, y = batch(tiny_config)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    assert len(calls) == 1 and (stats.layers["heads"][0].age == 1).all()
+    stats.detach()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    assert (stats.layers["heads"][0].age == 1).all()
+
+
+def test_units_without_statistics_are_nan_and_ignored_by_priority(tiny_config):
+    model = tiny_model(tiny_config).eval()
+    stats = UnitStatistics(model)
+    layer = stats.layers["heads"][1]
+    assert torch.isnan(layer.pruning_scores()).all() and layer.growth_priority() == 0.0
+    x, y = batch(tiny_config)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    layer.regather(torch.tensor([0, 1, 2, 0]), reset=torch.tensor([True, False, False, True]))
+    scores = layer.pruning_scores()
+    assert torch.isnan(scores[[0, 3]]).all() and not torch.isnan(scores[[1, 2]]).any()
+    assert layer.growth_priority() == pytest.approx(scores[[1, 2]].mean().item())

@@ -1,0 +1,204 @@
+"""Prune/clone surgery on timm modules and the optimizer-state remap (issue 2, section 5)."""
+
+import copy
+
+import pytest
+import torch
+from sklearn.datasets import load_digits
+from timm.scheduler import CosineLRScheduler
+
+from barter_mini.barter import BarterSettings, clone, prune, select_parents, topology_update
+from barter_mini.models import build_model
+from barter_mini.statistics import UnitStatistics
+from barter_mini.surgery import unit_parameters
+
+from conftest import batch, tiny_model, train_step
+
+
+def assert_in_sync(model, optimizer):
+    """Every model parameter is in exactly one param group, and its state has its shape."""
+    params = list(model.parameters())
+    grouped = [p for g in optimizer.param_groups for p in g["params"]]
+    assert len(grouped) == len(params)
+    assert {id(p) for p in grouped} == {id(p) for p in params}
+    assert {id(p) for p in optimizer.state} <= {id(p) for p in params}
+    for p, state in optimizer.state.items():
+        for key, value in state.items():
+            if torch.is_tensor(value) and value.dim() > 0:
+                assert value.shape == p.shape, key
+
+
+def warmed_up(config, optimizer_cls=torch.optim.AdamW, steps=3, **kwargs):
+    model = tiny_model(config).eval()  # eval: no dropout, exact comparisons
+    optimizer = optimizer_cls(model.parameters(), lr=1e-2, **kwargs)
+    stats = UnitStatistics(model)
+    x, y = batch(config)
+    for _ in range(steps):
+        train_step(model, optimizer, x, y)
+    return model, optimizer, stats, x, y
+
+
+@pytest.mark.parametrize("kind, layer, parents", [("heads", 1, [0, 2]), ("ffn", 0, [1, 3, 4])])
+def test_clone_preserves_the_function(tiny_config, kind, layer, parents):
+    model, optimizer, stats, x, _ = warmed_up(tiny_config)
+    with torch.no_grad():
+        before = model(x)
+    clone(model.blocks[layer], kind, parents, stats.layers[kind][layer], optimizer,
+          alpha=0.3, symmetry_noise=0.0)
+    with torch.no_grad():
+        after = model(x)
+    assert torch.allclose(before, after, atol=1e-5)
+    counts = model.allocation().heads if kind == "heads" else model.allocation().ffn
+    assert counts[layer] == (3 if kind == "heads" else 5) + len(parents)
+    assert_in_sync(model, optimizer)
+
+
+def test_symmetry_noise_changes_the_clone_only_slightly(tiny_config):
+    model, optimizer, stats, x, _ = warmed_up(tiny_config)
+    with torch.no_grad():
+        before = model(x)
+    clone(model.blocks[1], "heads", [1], stats.layers["heads"][1], optimizer, symmetry_noise=1e-2,
+          generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        after = model(x)
+    assert 0 < (before - after).abs().max() < 1e-2
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.25])
+def test_split_remaps_adam_moments(tiny_config, alpha):
+    model, optimizer, stats, _, _ = warmed_up(tiny_config)
+    block = model.blocks[2]  # one head, three FFN channels
+    old = {s.role: (s.tensor, {k: v.clone() for k, v in optimizer.state[s.tensor].items()})
+           for s in unit_parameters(block, "ffn") if s.name == "weight"}
+    clone(block, "ffn", [1], stats.layers["ffn"][2], optimizer, alpha=alpha, symmetry_noise=0.0)
+    fc1, fc2 = block.mlp.fc1.weight, block.mlp.fc2.weight
+    (_, s_in), (_, s_out) = old["in"], old["out"]
+    # input row: first moment x s, second moment x s^2 (parent s = alpha, clone s = 1 - alpha)
+    for row, s in ((1, alpha), (3, 1 - alpha)):
+        assert torch.allclose(optimizer.state[fc1]["exp_avg"][row], s * s_in["exp_avg"][1])
+        assert torch.allclose(optimizer.state[fc1]["exp_avg_sq"][row], s ** 2 * s_in["exp_avg_sq"][1])
+        assert torch.equal(optimizer.state[fc2]["exp_avg"][:, row], s_out["exp_avg"][:, 1])
+        assert torch.equal(optimizer.state[fc2]["exp_avg_sq"][:, row], s_out["exp_avg_sq"][:, 1])
+    assert torch.equal(optimizer.state[fc1]["step"], s_in["step"])
+    # untouched units keep their state exactly
+    assert torch.equal(optimizer.state[fc1]["exp_avg"][0], s_in["exp_avg"][0])
+
+
+def test_split_gradients_match_the_remapped_moments(tiny_config):
+    """The premise of the remap: input gradients scale with the output share, outputs copy."""
+    model, optimizer, stats, x, y = warmed_up(tiny_config)
+    block = model.blocks[0]
+    model.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    g_in, g_out = block.attn.qkv.weight.grad.clone(), block.attn.proj.weight.grad.clone()
+    clone(block, "heads", [1], stats.layers["heads"][0], optimizer, alpha=0.3, symmetry_noise=0.0)
+    model.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    d, heads = block.attn.head_dim, 3
+
+    def rows(grad, head, total):
+        return torch.cat([grad[(s * total + head) * d:(s * total + head + 1) * d] for s in range(3)])
+
+    assert torch.allclose(rows(block.attn.qkv.weight.grad, 1, heads), 0.3 * rows(g_in, 1, 2), atol=1e-6)
+    assert torch.allclose(rows(block.attn.qkv.weight.grad, 2, heads), 0.7 * rows(g_in, 1, 2), atol=1e-6)
+    for head in (1, 2):
+        assert torch.allclose(block.attn.proj.weight.grad[:, head * d:(head + 1) * d],
+                              g_out[:, d:2 * d], atol=1e-6)
+
+
+def test_prune_removes_units_and_their_state(tiny_config):
+    model, optimizer, stats, x, y = warmed_up(tiny_config)
+    block = model.blocks[1]
+    kept_rows = block.mlp.fc1.weight[[0, 2, 5, 6, 7]].detach().clone()
+    kept_state = optimizer.state[block.mlp.fc1.weight]["exp_avg"][[0, 2, 5, 6, 7]].clone()
+    prune(block, "ffn", [1, 3, 4], stats.layers["ffn"][1], optimizer)
+    assert block.mlp.fc1.weight.shape[0] == 5 and block.mlp.fc2.weight.shape[1] == 5
+    assert torch.equal(block.mlp.fc1.weight.detach(), kept_rows)
+    assert torch.equal(optimizer.state[block.mlp.fc1.weight]["exp_avg"], kept_state)
+    assert_in_sync(model, optimizer)
+    train_step(model, optimizer, x, y)  # still trains
+
+
+def _digits_batches(count, n=64, seed=0):
+    """Real images (scikit-learn's 8x8 digits), so the gradients mean something."""
+    digits = load_digits()
+    x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16 - 0.3
+    y = torch.tensor(digits.target)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(count):
+        index = torch.randint(0, len(x), (n,), generator=g)
+        yield x[index], y[index]
+
+
+def _pair_gaps(config, kind, noise, steps=100):
+    """Input-weight difference of a parent and its clone right after cloning and ``steps`` later."""
+    config = config.for_data(8, 1, 10)
+    model = tiny_model(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    stats = UnitStatistics(model)
+    for x, y in _digits_batches(20):
+        train_step(model, optimizer, x, y)
+    layer = 1
+    block, layer_stats = model.blocks[layer], stats.layers[kind][layer]
+    parent = select_parents(layer_stats, 1)[0]   # the unit BARTER would clone
+    clone(block, kind, [parent], layer_stats, optimizer, symmetry_noise=noise,
+          generator=torch.Generator().manual_seed(0))
+    stats.attach()
+    spec = next(s for s in unit_parameters(block, kind) if s.role == "in" and s.name == "weight")
+    count = model.allocation().heads[layer] if kind == "heads" else model.allocation().ffn[layer]
+
+    def gap():
+        w = spec.tensor.detach()
+        parent_rows, clone_rows = (spec.element_index(torch.tensor([u]), count) for u in (parent, count - 1))
+        return w[parent_rows] - w[clone_rows]
+
+    initial = gap()
+    for x, y in _digits_batches(steps, seed=1):
+        train_step(model, optimizer, x, y)
+    return initial, gap()
+
+
+@pytest.mark.parametrize("kind", ["heads", "ffn"])
+def test_parent_and_clone_diverge_under_adamw_only_with_symmetry_breaking(tiny_config, kind):
+    initial, final = _pair_gaps(tiny_config, kind, noise=0.0)
+    assert initial.abs().max() == 0 and final.abs().max() < 1e-6   # Adam keeps an exact copy exact
+    initial, final = _pair_gaps(tiny_config, kind, noise=1e-2)
+    # with the perturbation the copies receive different updates and drift further apart
+    assert final.norm() > 1.2 * initial.norm() > 0
+    assert (final - initial).norm() > 0.3 * initial.norm()
+
+
+@pytest.mark.parametrize("optimizer_cls, kwargs", [(torch.optim.AdamW, {"weight_decay": 0.05}),
+                                                   (torch.optim.SGD, {"momentum": 0.9, "weight_decay": 1e-4})])
+def test_step_after_update_equals_step_of_a_fresh_model(tiny_config, optimizer_cls, kwargs):
+    model, optimizer, stats, x, y = warmed_up(tiny_config, optimizer_cls, **kwargs)
+    settings = BarterSettings(min_age=1, symmetry_noise=1e-2)
+    records = topology_update(model, {"heads": 1, "ffn": 3}, stats, optimizer, settings,
+                              generator=torch.Generator().manual_seed(0))
+    assert records["heads"].executed == 1 and records["ffn"].executed == 3
+    assert_in_sync(model, optimizer)
+
+    fresh = build_model(model.config, allocation=model.allocation()).eval()
+    fresh.load_state_dict(model.state_dict())
+    fresh_optimizer = optimizer_cls(fresh.parameters(), lr=1e-2, **kwargs)
+    # deepcopy: load_state_dict keeps the very tensors, which both optimizers would then update
+    fresh_optimizer.load_state_dict(copy.deepcopy(optimizer.state_dict()))
+
+    x2, y2 = batch(tiny_config, seed=7)
+    train_step(model, optimizer, x2, y2)
+    train_step(fresh, fresh_optimizer, x2, y2)
+    for (name, a), b in zip(model.named_parameters(), fresh.parameters()):
+        assert torch.allclose(a, b, atol=1e-6), name
+
+
+def test_lr_scheduler_keeps_driving_the_new_tensors(tiny_config):
+    model, optimizer, stats, x, y = warmed_up(tiny_config)
+    scheduler = CosineLRScheduler(optimizer, t_initial=100, lr_min=0.0, t_in_epochs=False)
+    topology_update(model, {"heads": 1, "ffn": 2}, stats, optimizer, BarterSettings(min_age=1))
+    scheduler.step_update(50)
+    new_qkv = model.blocks[0].attn.qkv.weight
+    group = next(g for g in optimizer.param_groups if any(p is new_qkv for p in g["params"]))
+    assert group["lr"] == pytest.approx(0.5e-2, rel=1e-6)
+    before = new_qkv.detach().clone()
+    train_step(model, optimizer, x, y)
+    assert not torch.equal(before, model.blocks[0].attn.qkv.weight.detach())
