@@ -1,4 +1,4 @@
-"""The ``barter-mini`` command line: describe, train, overhead."""
+"""barter-mini: structured dynamic sparse training (BARTER) of compact vision transformers."""
 
 from __future__ import annotations
 
@@ -78,6 +78,16 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_data(args) -> int:
+    from .data import load_dataset
+
+    splits = load_dataset(args.dataset, args.data_root, download=args.download)
+    print(f"{args.dataset}: {len(splits.train)} train / {len(splits.val)} val / {len(splits.test)} test "
+          f"images of {splits.info.in_chans}x{splits.info.img_size}x{splits.info.img_size}, "
+          f"{splits.info.num_classes} classes")
+    return 0
+
+
 def cmd_overhead(args) -> int:
     from .measure import statistics_overhead
 
@@ -142,6 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--out", required=True, help="run folder for best.pt, last.pt and metrics.json")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("data", help="prepare a dataset (Fashion-MNIST from Debian's package) and print its splits")
+    p.add_argument("dataset", nargs="?", default="fashion-mnist")
+    p.add_argument("--data-root", help="dataset folder (default: $BARTER_MINI_DATA or ./data)")
+    p.add_argument("--download", action="store_true", help="let torchvision download a missing dataset")
+    p.set_defaults(func=cmd_data)
 
     p = sub.add_parser("overhead", help="time a training step with and without the statistics hooks")
     p.add_argument("--model", default="cct-paper")
