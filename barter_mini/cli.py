@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from .errors import BarterError
@@ -88,6 +89,15 @@ def cmd_data(args) -> int:
     return 0
 
 
+def cmd_book(args) -> int:
+    from .book import build_book
+
+    started = time.perf_counter()
+    index = build_book(args.profile, args.build_dir)
+    print(f"built in {time.perf_counter() - started:.0f} s; open {index}")
+    return 0
+
+
 def cmd_overhead(args) -> int:
     from .measure import statistics_overhead
 
@@ -152,6 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--out", required=True, help="run folder for best.pt, last.pt and metrics.json")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("book", help="execute every notebook with papermill and build the Jupyter Book")
+    p.add_argument("--profile", default="quick", help="quick (CPU minutes), smoke (seconds) or paper (GPU)")
+    p.add_argument("--build-dir", help="where to stage and build (default: ./_build)")
+    p.set_defaults(func=cmd_book)
 
     p = sub.add_parser("data", help="prepare a dataset (Fashion-MNIST from Debian's package) and print its splits")
     p.add_argument("dataset", nargs="?", default="fashion-mnist")

@@ -25,6 +25,7 @@ class Recipe:
     label_smoothing: float = 0.1
     drop_path: float = 0.0
     train_subset: int | None = None
+    eval_subset: int | None = None   # evaluate on the first N validation / test images only
     barter: BarterSettings = field(default_factory=BarterSettings)
 
 
@@ -41,7 +42,7 @@ RECIPES: dict[str, Recipe] = {
                     warmup_fraction=0.05,
                     barter=BarterSettings(delta_t=40, transfer_multiplier=4.0)),
     "smoke": Recipe("smoke", epochs=1, batch_size=64, lr=2e-3, min_lr=1e-5, weight_decay=0.05,
-                    warmup_fraction=0.05, train_subset=640,
+                    warmup_fraction=0.05, train_subset=640, eval_subset=1000,
                     barter=BarterSettings(delta_t=2, transfer_multiplier=8.0)),
 }
 

@@ -3,7 +3,8 @@
 A run folder holds ``best.pt`` (chosen on validation Top-1), ``last.pt`` and
 ``metrics.json``: validation and test Top-1 and macro-F1 (fractions, test measured with the
 best checkpoint), wall time, transfers planned and executed, the per-epoch history and the
-per-layer allocation after every topology update. All files are written atomically.
+per-layer allocation after every topology update, and a training curve (running loss and
+accuracy every ``LOG_EVERY`` steps). All files are written atomically.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import torch
 from sklearn.metrics import f1_score
 from timm.scheduler import CosineLRScheduler
 from torch import nn
-from tqdm.auto import tqdm
+from torch.utils.data import Subset
+from tqdm import tqdm
 
 from . import __version__
 from .barter import BarterController, BarterSettings
@@ -40,6 +42,10 @@ METHODS: dict[str, dict | None] = {
     "random-donor": {"random_donor": True},
     "random-pair": {"random_receiver": True, "random_donor": True},
 }
+
+
+#: optimizer steps per point of the training curve (running train loss and accuracy)
+LOG_EVERY = 10
 
 
 @dataclass
@@ -134,6 +140,9 @@ def train(run: RunConfig, out: str | Path) -> dict:
         delta_t=run.delta_t, **run.overrides)
     splits = load_dataset(run.dataset, run.data_root, seed=run.seed,
                           train_subset=recipe.train_subset, download=run.download)
+    if recipe.eval_subset:
+        splits.val = Subset(splits.val, range(min(recipe.eval_subset, len(splits.val))))
+        splits.test = Subset(splits.test, range(min(recipe.eval_subset, len(splits.test))))
     train_loader, val_loader, test_loader = make_loaders(splits, recipe.batch_size, run.seed)
     info = splits.info
     config = base_config.for_data(info.img_size, info.in_chans, info.num_classes)
@@ -158,7 +167,7 @@ def train(run: RunConfig, out: str | Path) -> dict:
                 "epoch": epoch, "step": step, "val": val}
 
     started = time.perf_counter()
-    history, best_acc, step = [], -1.0, 0
+    history, curve, window, best_acc, step = [], [], [], -1.0, 0
     for epoch in range(1, recipe.epochs + 1):
         model.train()
         losses = []
@@ -167,7 +176,8 @@ def train(run: RunConfig, out: str | Path) -> dict:
         for x, y in bar:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             optimizer.zero_grad(set_to_none=True)
-            loss = criterion(model(x), y)
+            logits = model(x)
+            loss = criterion(logits, y)
             loss.backward()
             optimizer.step()
             step += 1
@@ -175,6 +185,11 @@ def train(run: RunConfig, out: str | Path) -> dict:
             if controller is not None:
                 controller.after_step(step)
             losses.append(loss.item())
+            window.append((losses[-1], (logits.argmax(dim=1) == y).float().mean().item()))
+            if step % LOG_EVERY == 0:
+                curve.append({"step": step, "train_loss": float(np.mean([l for l, _ in window])),
+                              "train_acc": float(np.mean([a for _, a in window]))})
+                window.clear()
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
         val = evaluate(model, val_loader, device)
         history.append({"epoch": epoch, "step": step, "train_loss": float(np.mean(losses)),
@@ -200,7 +215,7 @@ def train(run: RunConfig, out: str | Path) -> dict:
         "wall_time_s": time.perf_counter() - started, "train_time_s": train_time,
         "params": count_parameters(best_model),
         "train_gflops_per_image": training_gflops_per_image(best_model),
-        "allocation": best["allocation"], "history": history,
+        "allocation": best["allocation"], "history": history, "curve": curve,
         "transfers_planned": controller.schedule.planned_totals() if controller else {"heads": 0, "ffn": 0},
         "transfers_executed": dict(controller.executed) if controller else {"heads": 0, "ffn": 0},
         "allocation_history": controller.history if controller else [],

@@ -1,0 +1,55 @@
+"""Notebook profiles: how much compute a notebook spends (issue: the book).
+
+``quick``  CPU-sized: meaningful figures on Fashion-MNIST in minutes on two cores.
+``smoke``  seconds: a few hundred images, for tests of the notebooks and the book.
+``paper``  the paper's settings (cct-paper on CIFAR-100, Table 5 recipe), for a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .budgets import check_density
+from .errors import BarterError, choose
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    model: str
+    dataset: str
+    recipe: str
+    epochs: int | None
+    train_subset: int | None
+
+
+PROFILES: dict[str, Profile] = {
+    "quick": Profile("quick", model="cct-mini", dataset="fashion-mnist", recipe="quick", epochs=3,
+                     train_subset=None),
+    "smoke": Profile("smoke", model="cct-mini", dataset="fashion-mnist", recipe="smoke", epochs=1,
+                     train_subset=512),
+    "paper": Profile("paper", model="cct-paper", dataset="cifar100", recipe="paper", epochs=None,
+                     train_subset=None),
+}
+
+DATASET_NAMES = ("fashion-mnist", "digits", "cifar100", "tiny-imagenet")
+
+
+def resolve_profile(profile: str, dataset: str = "default", densities=(), seeds=()) -> Profile:
+    """Check a notebook's parameters and return its profile, with ``dataset`` applied.
+
+    ``dataset="default"`` keeps the profile's own dataset. Bad values raise the one-line
+    :class:`~barter_mini.errors.BarterError` that papermill shows as the notebook's failure.
+    """
+    choose("profile", profile, PROFILES)
+    chosen = PROFILES[profile]
+    if dataset != "default":
+        choose("dataset", dataset, DATASET_NAMES)
+        chosen = Profile(chosen.name, chosen.model, dataset, chosen.recipe, chosen.epochs,
+                         chosen.train_subset)
+    for density in densities:
+        check_density(density)
+    for seed in seeds:
+        if not isinstance(seed, int) or seed < 0:
+            raise BarterError(f"seeds must be non-negative integers, got {seed!r}")
+    return chosen

@@ -1,0 +1,92 @@
+"""Notebook parameters, their failures, and the book pipeline's refusal to publish a failure."""
+
+import json
+import shutil
+from pathlib import Path
+
+import nbformat
+import papermill
+import pytest
+
+from barter_mini.book import build_book, source_notebooks
+from barter_mini.errors import BarterError
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = source_notebooks(REPO)
+REQUIRED = {("density", "densities"): ("float", "list"), ("seed", "seeds"): ("int", "list"),
+            ("dataset",): ("str",), ("profile",): ("str",)}
+
+
+def test_there_are_notebooks():
+    assert [p.name for p in NOTEBOOKS][:1] == ["01_walkthrough.ipynb"]
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_parameters_are_declared_typed_and_explained(notebook):
+    cells = nbformat.read(notebook, as_version=4).cells
+    assert sum("parameters" in c.metadata.get("tags", []) for c in cells) == 1
+    assert not any(c.get("outputs") for c in cells if c.cell_type == "code"), "store notebooks stripped"
+    params = papermill.inspect_notebook(str(notebook))
+    for names, types in REQUIRED.items():
+        present = [n for n in names if n in params]
+        assert present, f"{notebook.name} lacks {' or '.join(names)}"
+        info = params[present[0]]
+        assert any(info["inferred_type_name"].startswith(t) for t in types), info
+        assert info["help"].strip(), f"{present[0]} has no help comment"
+    assert params["profile"]["default"].strip("'\"") == "quick"
+    # every page says how to rerun it with papermill and lists its parameters
+    text = "\n".join(c.source for c in cells if c.cell_type == "markdown")
+    assert f"papermill notebooks/{notebook.name}" in text
+    for name in params:
+        assert f"`{name}`" in text, f"{name} is not listed on the page"
+
+
+def run_with(notebook, tmp_path, **parameters):
+    with pytest.raises(papermill.PapermillExecutionError) as info:
+        papermill.execute_notebook(str(notebook), str(tmp_path / "out.ipynb"), kernel_name="python3",
+                                   parameters={"profile": "smoke", **parameters}, cwd=str(tmp_path),
+                                   progress_bar=False)
+    return info.value
+
+
+def bad_parameter_cases():
+    """Per notebook: an out-of-range density (or densities) and an unknown dataset."""
+    for notebook in NOTEBOOKS:
+        declared = papermill.inspect_notebook(str(notebook))
+        density = {"density": 1.5} if "density" in declared else {"densities": [0.3, 1.5]}
+        yield pytest.param(notebook, density, "density must be in (0, 1], got 1.5",
+                           id=f"{notebook.stem}-density")
+        yield pytest.param(notebook, {"dataset": "imagenet-1k"},
+                           "unknown dataset 'imagenet-1k': choose one of", id=f"{notebook.stem}-dataset")
+
+
+@pytest.mark.parametrize("notebook, parameters, message", list(bad_parameter_cases()))
+def test_bad_parameter_fails_with_the_library_error(notebook, parameters, message, tmp_path):
+    error = run_with(notebook, tmp_path, **parameters)
+    assert error.ename == "BarterError"
+    assert message in error.evalue and "\n" not in error.evalue.strip()
+
+
+def test_a_failing_notebook_stops_the_build_and_is_not_published(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for name in ("_config.yml", "_toc.yml"):
+        shutil.copy2(REPO / name, repo / name)
+    shutil.copytree(REPO / "book", repo / "book")
+    (repo / "notebooks").mkdir()
+    good = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                             "language": "python"}})
+    good.cells = [nbformat.v4.new_code_cell("profile: str = 'quick'", metadata={"tags": ["parameters"]}),
+                  nbformat.v4.new_code_cell("print('fine')")]
+    bad = nbformat.v4.new_notebook(metadata=good.metadata)
+    bad.cells = [*good.cells, nbformat.v4.new_code_cell("raise ValueError('broken on purpose')")]
+    nbformat.write(good, repo / "notebooks" / "01_good.ipynb")
+    nbformat.write(bad, repo / "notebooks" / "02_bad.ipynb")
+    build = tmp_path / "build"
+    # cell 4: papermill inserts the injected-parameters cell after the parameters cell
+    with pytest.raises(BarterError, match=r"notebook 02_bad.ipynb failed in cell 4: ValueError: broken on purpose"):
+        build_book("smoke", build, log=lambda *_: None, repo=repo)
+    executed = build / "book" / "notebooks"
+    assert (executed / "01_good.ipynb").is_file()
+    assert not (executed / "02_bad.ipynb").exists()
+    assert not (build / "book" / "_build" / "html").exists()
