@@ -1,14 +1,15 @@
 # Two commands do everything on a fresh Debian/Ubuntu machine: `make book` and `make test`.
-# Both are idempotent and install what they need (a .venv, the package, Fashion-MNIST).
-PYTHON ?= python3
-VENV   := .venv
-PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-stamp
+# Both are idempotent and install what they need: Debian packages (when missing), a .venv
+# with the package and its extras, and Fashion-MNIST.
+PYTHON  ?= python3
+VENV    := .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed-stamp
+PROFILE ?= quick
 FASHION_DEBIAN := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
-APT_GET := $(shell command -v apt-get 2>/dev/null)
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install data test book demo clean
+.PHONY: install system-book system-test data test book clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,25 +18,34 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Debian packages: Fashion-MNIST (where apt works), npm (fetches MathJax once, for offline
+# pages) and, for the browser tests, chromium. Only what is missing is installed.
+define apt_install
+	@missing=""; \
+	for spec in $(1); do pkg=$${spec%%:*}; probe=$${spec#*:}; \
+	  [ -e "$$probe" ] || command -v "$$probe" >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	if [ -n "$$missing" ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "apt-get install$$missing"; \
+	  $(SUDO) apt-get update -q && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+endef
+
+system-book:
+	$(call apt_install,dataset-fashion-mnist:$(FASHION_DEBIAN) npm:npm)
+
+system-test: system-book
+	$(call apt_install,chromium:/usr/bin/chromium)
+
 # Fashion-MNIST from Debian's package where apt works, else torchvision's download.
 data: install
-	@if [ ! -f $(FASHION_DEBIAN) ] && [ -n "$(APT_GET)" ]; then \
-	  $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q dataset-fashion-mnist || true; \
-	fi
 	@if [ -f $(FASHION_DEBIAN) ]; then $(PY) -m barter_mini.cli data fashion-mnist; \
 	else $(PY) -m barter_mini.cli data fashion-mnist --download; fi
 
-test: data
+test: system-test data
 	$(PY) -m pytest -q
 
-# Until the book lands this runs a short BARTER training and its dense reference.
-book: demo
-
-demo: data
-	$(VENV)/bin/barter-mini train --method barter --model cct-mini --dataset fashion-mnist \
-	  --density 0.3 --epochs 1 --seed 0 --out runs/demo-barter
-	$(VENV)/bin/barter-mini train --method dense --model cct-mini --dataset fashion-mnist \
-	  --epochs 1 --seed 0 --out runs/demo-dense
+book: system-book data
+	$(VENV)/bin/barter-mini book --profile $(PROFILE)
 
 clean:
-	rm -rf runs _build .pytest_cache .hypothesis
+	rm -rf _build .pytest_cache .hypothesis
