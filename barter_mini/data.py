@@ -470,7 +470,7 @@ def load_dataset(
     ``train_subset=N`` keeps only N training items (for quick CPU runs; more than available
     means all). ``augment`` turns on crop+flip for the training view (ignored for digits).
     ``download`` lets torchvision fetch a missing dataset (needs internet); without it a
-    missing dataset is a one-line :class:`BarterError` that says how to get it.
+    missing dataset is a one-line :class:`~barter_mini.errors.BarterError` that says how to get it.
     """
     choose("dataset", name, DATASETS)
     _check_split_args(val_fraction, train_subset)

@@ -29,6 +29,7 @@ class Recipe:
     barter: BarterSettings = field(default_factory=BarterSettings)
 
 
+#: recipe name -> recipe (``paper`` resolves to ``paper-cct`` or ``paper-vit`` by model family)
 RECIPES: dict[str, Recipe] = {
     # Table 5, CCT: 200 epochs, batch 128, lr 3e-4 -> 0, wd 0.05 (warm-up and label
     # smoothing as in the reference CCT recipe).

@@ -1,0 +1,333 @@
+"""The built book in a real browser: every page loads offline and cleanly, navigation works.
+
+The smoke book is built once per module (``build_book("smoke", tmp)``), unless the
+environment variable ``BARTER_MINI_BOOK_HTML`` names an already built ``_build/html``
+folder. The folder is served with ``python -m http.server`` on 127.0.0.1 and opened in
+Debian's Chromium (``/usr/bin/chromium``) through Playwright's sync API; Playwright's own
+browsers are never used (``playwright install`` downloads them and fails offline).
+
+Every page of ``_toc.yml`` must load with no failed request (network error or HTTP status
+>= 400), no request to any host but 127.0.0.1 (the book must work fully offline), no
+console error, no uncaught exception and no broken image; the method page must have math
+typeset by the locally served MathJax. The theme's next/previous links must walk the table
+of contents in order, and the search page must find "clone".
+
+Fixture names (``book_html``, ``book_url``, ``chromium_browser``, ``tab``) deliberately
+differ from pytest-playwright's ``browser``/``page``/``base_url``, so that plugin, when
+installed, is never involved.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+HOST = "127.0.0.1"
+#: pages with their own checks (paths relative to the html folder)
+METHOD_PAGE = "book/method.html"
+WALKTHROUGH_PAGE = "notebooks/01_walkthrough.html"
+SCREENSHOT = Path("/tmp/barter_mini_book_walkthrough.png")
+TIMEOUT_MS = 20_000
+
+pytestmark = pytest.mark.slow
+
+# make test installs both (pyproject's test extra, the Makefile's apt step): a missing one
+# is a failure, never a skip
+from playwright import sync_api  # noqa: E402
+
+assert CHROMIUM.exists(), f"{CHROMIUM} is missing: apt-get install chromium"
+
+
+# --- table of contents --------------------------------------------------------------------
+
+def find_toc(html_dir: Path) -> Path:
+    """The ``_toc.yml`` the book was built from: the stage's copy (``html/../../``), else the repo's."""
+    for candidate in (html_dir.parent.parent / "_toc.yml", REPO / "_toc.yml"):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"no _toc.yml beside {html_dir} nor in {REPO}")
+
+
+def toc_pages(toc_file: Path, html_dir: Path) -> list[str]:
+    """Every page of a jb-book/jb-article ``_toc.yml`` as an html path, root first, in reading order."""
+    toc = yaml.safe_load(toc_file.read_text(encoding="utf-8"))
+
+    def as_html(docname: str) -> str:
+        docname = str(docname).strip("/")
+        for suffix in (".md", ".ipynb", ".rst", ".myst"):
+            if docname.endswith(suffix):
+                docname = docname[: -len(suffix)]
+        return docname + ".html"
+
+    found = [as_html(toc["root"])]
+
+    def walk(entries) -> None:
+        for entry in entries or []:
+            if "file" in entry:
+                found.append(as_html(entry["file"]))
+            elif "glob" in entry:  # Sphinx sorts glob matches by name
+                pattern = as_html(entry["glob"])
+                built = sorted(p.relative_to(html_dir).as_posix() for p in html_dir.rglob("*.html"))
+                found.extend(p for p in built if fnmatch.fnmatch(p, pattern) and p not in found)
+            # "url" entries are external links, not pages of the book
+            for key in ("parts", "chapters", "sections"):
+                walk(entry.get(key))
+
+    walk([{key: toc[key] for key in ("parts", "chapters", "sections") if key in toc}])
+    return found
+
+
+def pages_for_parametrize() -> list[str]:
+    """The pages to parametrize over, read at collection time from the repo's ``_toc.yml``.
+
+    The book is not built yet then; ``test_toc_is_the_left_navigation`` checks that this
+    list equals the built book's.
+    """
+    try:
+        return toc_pages(REPO / "_toc.yml", REPO / "_build" / "book" / "_build" / "html")
+    except (OSError, KeyError, TypeError, AttributeError, yaml.YAMLError) as error:
+        return [f"unreadable _toc.yml: {error}"]
+
+
+# --- fixtures -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def book_html(tmp_path_factory) -> Path:
+    """The html folder: ``$BARTER_MINI_BOOK_HTML`` or a fresh smoke build."""
+    prebuilt = os.environ.get("BARTER_MINI_BOOK_HTML")
+    if prebuilt:
+        path = Path(prebuilt).resolve()
+        assert (path / "index.html").is_file(), f"BARTER_MINI_BOOK_HTML={prebuilt} has no index.html"
+        return path
+    from barter_mini.book import build_book
+
+    return Path(build_book("smoke", tmp_path_factory.mktemp("book"))).parent
+
+
+@pytest.fixture(scope="module")
+def book_pages(book_html) -> list[str]:
+    """The html paths of every ``_toc.yml`` page of the built book, root first."""
+    listed = toc_pages(find_toc(book_html), book_html)
+    missing = [path for path in listed if not (book_html / path).is_file()]
+    assert not missing, f"pages of _toc.yml missing from {book_html}: {missing}"
+    assert len(listed) == len(set(listed)), f"a page appears twice in _toc.yml: {listed}"
+    return listed
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def book_url(book_html):
+    """``http://127.0.0.1:PORT/`` serving the html folder with http.server (stopped at teardown)."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "--bind", HOST, str(port), "--directory", str(book_html)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://{HOST}:{port}/"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(url + "index.html", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if server.poll() is not None:
+                pytest.fail(f"http.server exited with {server.returncode} before serving {url}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"http.server did not answer on {url} within 20 s")
+            time.sleep(0.1)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+@pytest.fixture(scope="module")
+def chromium_browser():
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                             args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def tab(chromium_browser):
+    """A page in a fresh context (empty localStorage and cache: a first-time visitor)."""
+    context = chromium_browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+class Recorder:
+    """Everything a page does that the book must not: failures, remote requests, errors."""
+
+    def __init__(self, page):
+        self.failed: list[str] = []
+        self.remote: list[str] = []
+        self.console: list[str] = []
+        self.exceptions: list[str] = []
+        page.on("request", self.on_request)
+        page.on("requestfailed", lambda r: self.failed.append(f"{r.url} ({r.failure})"))
+        page.on("response", self.on_response)
+        page.on("console", self.on_console)
+        page.on("pageerror", lambda error: self.exceptions.append(str(error)))
+
+    def on_request(self, request) -> None:
+        parts = urlsplit(request.url)
+        if parts.scheme in ("data", "blob", "about"):
+            return
+        if parts.scheme not in ("http", "https", "ws", "wss") or parts.hostname != HOST:
+            self.remote.append(request.url)
+
+    def on_response(self, response) -> None:
+        if response.status >= 400:
+            self.failed.append(f"{response.url} (HTTP {response.status})")
+
+    def on_console(self, message) -> None:
+        if message.type == "error":
+            where = message.location or {}
+            self.console.append(f"{message.text} [at {where.get('url', '?')}:{where.get('lineNumber', '?')}]")
+
+    def problems(self) -> dict[str, list[str]]:
+        return {name: items for name, items in (
+            ("failed requests", self.failed), ("requests leaving 127.0.0.1", self.remote),
+            ("console errors", self.console), ("uncaught exceptions", self.exceptions)) if items}
+
+    def report(self) -> str:
+        return "; ".join(f"{kind}: {items}" for kind, items in self.problems().items())
+
+
+def page_path(url: str, book_url: str) -> str:
+    """The html path of ``url`` relative to the book's root, without query and fragment."""
+    path, base = urlsplit(url).path, urlsplit(book_url).path
+    assert path.startswith(base), f"{url} is outside the book at {book_url}"
+    return path[len(base):] or "index.html"
+
+
+BROKEN_IMAGES_JS = """async () => {
+    const images = Array.from(document.images);
+    for (const img of images) img.loading = "eager";
+    await Promise.all(images.map(img => img.complete ? null :
+        new Promise(done => { img.addEventListener("load", done); img.addEventListener("error", done); })));
+    return images.filter(img => !img.complete || img.naturalWidth === 0)
+                 .map(img => img.currentSrc || img.src || img.outerHTML.slice(0, 200));
+}"""
+
+
+# --- tests --------------------------------------------------------------------------------
+
+def test_toc_is_the_left_navigation(tab, book_url, book_pages):
+    """index.html lands on the root page, whose left navigation links every page of _toc.yml."""
+    tab.goto(book_url + "index.html")
+    tab.wait_for_url(book_url + book_pages[0] + "*")
+    tab.wait_for_load_state("networkidle")
+    hrefs = tab.eval_on_selector_all("nav.bd-links a[href]", "links => links.map(a => a.href)")
+    linked = {page_path(href, book_url) for href in hrefs if href.startswith(book_url)}
+    missing = [path for path in book_pages if path not in linked]
+    assert not missing, (f"pages of _toc.yml not linked from the left navigation of index.html: "
+                         f"{missing}; linked: {sorted(linked)}")
+    assert METHOD_PAGE in book_pages and WALKTHROUGH_PAGE in book_pages, (
+        f"{METHOD_PAGE} and {WALKTHROUGH_PAGE} (checked below) must be in _toc.yml: {book_pages}")
+    assert pages_for_parametrize() == book_pages, (
+        "the repo's _toc.yml (which parametrizes the page tests) differs from the one the book "
+        f"was built from: {pages_for_parametrize()} vs {book_pages}")
+
+
+@pytest.mark.parametrize("path", pages_for_parametrize())
+def test_page_loads_cleanly_offline(tab, book_url, book_pages, path):
+    assert path in book_pages, f"{path} is not a page of the built book's _toc.yml: {book_pages}"
+    recorder = Recorder(tab)
+    response = tab.goto(book_url + path, wait_until="load")
+    assert response is not None and response.ok, f"{path}: HTTP {response and response.status}"
+    tab.wait_for_load_state("networkidle")
+    typeset = 0
+    if path == METHOD_PAGE and tab.locator(".math").count():  # no math at all: reported below
+        try:
+            tab.wait_for_selector("mjx-container", state="attached")
+        except sync_api.TimeoutError:
+            pass  # reported below, with the requests and errors that explain it
+        tab.wait_for_load_state("networkidle")  # MathJax fetches its fonts after typesetting
+        typeset = tab.locator("mjx-container").count()
+    broken = tab.evaluate(BROKEN_IMAGES_JS)
+    if path == WALKTHROUGH_PAGE:
+        tab.screenshot(path=str(SCREENSHOT), full_page=True)
+    issues = [recorder.report()] if recorder.problems() else []
+    if broken:
+        issues.append(f"images that did not load: {broken}")
+    if path == METHOD_PAGE and typeset == 0:
+        scripts = tab.eval_on_selector_all("script[src*=mathjax i]", "s => s.map(e => e.src)")
+        issues.append(f"no mjx-container: MathJax typeset nothing ({tab.locator('.math').count()} "
+                      f".math elements, MathJax scripts: {scripts})")
+    assert not issues, f"{path}: " + "; ".join(issues)
+
+
+def test_next_and_previous_links_walk_the_toc(tab, book_url, book_pages):
+    tab.goto(book_url + book_pages[0])
+    visited = [page_path(tab.url, book_url)]
+    for expected in book_pages[1:]:
+        link = tab.locator("a.right-next")
+        assert link.count() == 1, f"no single a.right-next on {visited[-1]} (walk so far: {visited})"
+        with tab.expect_navigation():
+            link.click()
+        visited.append(page_path(tab.url, book_url))
+        assert visited[-1] == expected, f"next from {visited[-2]} went to {visited[-1]}, not {expected}"
+    if len(book_pages) > 1:
+        link = tab.locator("a.left-prev")
+        assert link.count() == 1, f"no single a.left-prev on {visited[-1]}"
+        with tab.expect_navigation():
+            link.click()
+        back = page_path(tab.url, book_url)
+        assert back == book_pages[-2], f"previous from {book_pages[-1]} went to {back}, not {book_pages[-2]}"
+
+
+def test_search_finds_clone(tab, book_url):
+    recorder = Recorder(tab)
+    tab.goto(book_url + "search.html?q=clone")
+    try:
+        tab.wait_for_selector("#search-results ul.search li a", state="attached")
+    except sync_api.TimeoutError:
+        results = tab.locator("#search-results")
+        summary = results.inner_text() if results.count() else "(no #search-results)"
+        pytest.fail(f"search.html?q=clone listed no result within {TIMEOUT_MS} ms: {summary!r}; "
+                    f"{recorder.report()}")
+    tab.wait_for_load_state("networkidle")
+    hrefs = tab.eval_on_selector_all("#search-results ul.search li a", "links => links.map(a => a.href)")
+    found = {page_path(href, book_url) for href in hrefs if href.startswith(book_url)}
+    wanted = {METHOD_PAGE, WALKTHROUGH_PAGE}
+    assert found & wanted, f"the search for 'clone' links none of {sorted(wanted)}; results: {hrefs}"
+    problems = recorder.report()
+    assert not problems, f"search.html?q=clone: {problems}"
