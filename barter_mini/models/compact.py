@@ -26,6 +26,12 @@ class CompactTransformer(nn.Module):
         return Allocation(heads=tuple(b.attn.num_heads for b in self.blocks),
                           ffn=tuple(b.mlp.fc1.out_features for b in self.blocks))
 
+    def _layers(self, make_layer, allocation: Allocation, drop_path: float) -> nn.ModuleList:
+        """One layer per allocation entry, stochastic depth rising linearly to ``drop_path``."""
+        rates = torch.linspace(0, drop_path, self.config.depth).tolist()
+        return nn.ModuleList(make_layer(self.config.embed_dim, h, c, self.config.head_dim, rate)
+                             for h, c, rate in zip(allocation.heads, allocation.ffn, rates))
+
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, nn.Linear):
             trunc_normal_(module.weight, std=0.02)
@@ -57,10 +63,7 @@ class CompactCCT(CompactTransformer):
             chans = out
         self.tokenizer = nn.Sequential(*layers)
         self.pos_embed = nn.Parameter(torch.zeros(1, config.num_tokens, dim))
-        rates = torch.linspace(0, drop_path, config.depth).tolist()
-        self.blocks = nn.ModuleList(
-            CCTBlock(dim, h, c, config.head_dim, rate)
-            for h, c, rate in zip(allocation.heads, allocation.ffn, rates))
+        self.blocks = self._layers(CCTBlock, allocation, drop_path)
         self.norm = nn.LayerNorm(dim)
         self.attention_pool = nn.Linear(dim, 1)
         self.head = nn.Linear(dim, config.num_classes)
@@ -90,10 +93,7 @@ class CompactViT(CompactTransformer):
         self.patch_embed = PatchEmbed(config.img_size, config.patch_size, config.in_chans, dim)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos_embed = nn.Parameter(torch.zeros(1, config.num_tokens, dim))
-        rates = torch.linspace(0, drop_path, config.depth).tolist()
-        self.blocks = nn.ModuleList(
-            vit_block(dim, h, c, config.head_dim, rate)
-            for h, c, rate in zip(allocation.heads, allocation.ffn, rates))
+        self.blocks = self._layers(vit_block, allocation, drop_path)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, config.num_classes)
         trunc_normal_(self.pos_embed, std=0.02)
