@@ -8,7 +8,7 @@ browsers are never used (``playwright install`` downloads them and fails offline
 
 Every page of ``_toc.yml`` must load with no failed request (network error or HTTP status
 >= 400), no request to any host but 127.0.0.1 (the book must work fully offline), no
-console error, no uncaught exception and no broken image; the method page must have math
+console error, no uncaught exception, no broken image and no internal link to a missing file; the method page must have math
 typeset by the locally served MathJax. The theme's next/previous links must walk the table
 of contents in order, and the search page must find "clone".
 
@@ -248,6 +248,21 @@ BROKEN_IMAGES_JS = """async () => {
 }"""
 
 
+def broken_internal_links(tab, book_url: str) -> list[str]:
+    """Links of the page into the book whose target file does not answer 200."""
+    hrefs = tab.eval_on_selector_all("a[href]", "links => links.map(a => a.href)")
+    targets = sorted({href.split("#")[0] for href in hrefs if href.startswith(book_url)})
+    dead = []
+    for target in targets:
+        try:
+            with urllib.request.urlopen(target, timeout=5) as response:
+                if response.status != 200:
+                    dead.append(f"{target} (HTTP {response.status})")
+        except urllib.error.URLError as error:
+            dead.append(f"{target} ({error})")
+    return dead
+
+
 # --- tests --------------------------------------------------------------------------------
 
 def test_toc_is_the_left_navigation(tab, book_url, book_pages):
@@ -283,11 +298,14 @@ def test_page_loads_cleanly_offline(tab, book_url, book_pages, path):
         tab.wait_for_load_state("networkidle")  # MathJax fetches its fonts after typesetting
         typeset = tab.locator("mjx-container").count()
     broken = tab.evaluate(BROKEN_IMAGES_JS)
+    dead_links = broken_internal_links(tab, book_url)
     if path == WALKTHROUGH_PAGE:
         tab.screenshot(path=str(SCREENSHOT), full_page=True)
     issues = [recorder.report()] if recorder.problems() else []
     if broken:
         issues.append(f"images that did not load: {broken}")
+    if dead_links:
+        issues.append(f"internal links that do not resolve: {dead_links}")
     if path == METHOD_PAGE and typeset == 0:
         scripts = tab.eval_on_selector_all("script[src*=mathjax i]", "s => s.map(e => e.src)")
         issues.append(f"no mjx-container: MathJax typeset nothing ({tab.locator('.math').count()} "
