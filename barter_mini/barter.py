@@ -229,6 +229,8 @@ def transfer_units(model: nn.Module, kind: str, k: int, statistics: UnitStatisti
     k = min(k, full - counts[receiver], counts[receiver])
     donors = select_donors(stats, counts, receiver, k, settings.protected_steps,
                            rng if settings.random_donor else None)
+    if not donors:
+        return record
     parents = select_parents(stats[receiver], len(donors))
     for layer in sorted({layer for layer, _ in donors}):
         prune(model.blocks[layer], kind, [u for l, u in donors if l == layer], stats[layer], optimizer)

@@ -108,7 +108,8 @@ def cmd_overhead(args) -> int:
         print(f"{result['model']} rho={result['density']:g} batch {result['batch']} on {result['device']}: "
               f"step {1e3 * result['step_s_without_hooks']:.1f} ms without statistics, "
               f"{1e3 * result['step_s_with_hooks']:.1f} ms with (median of {result['steps']}); "
-              f"overhead {result['overhead_percent']:+.2f} %")
+              f"overhead {result['overhead_percent']:+.2f} %; time inside the hooks "
+              f"{result['hook_time_percent']:.2f} % of a step")
     return 0
 
 

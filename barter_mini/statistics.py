@@ -32,6 +32,7 @@ steps ago is comparable with an old one; units of age 0 have no statistics yet.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import time
 from functools import partial
 
 import torch
@@ -108,6 +109,8 @@ class UnitStatistics:
     beta: float = 0.9
     enabled: bool = True
     layers: dict[str, list[LayerStatistics]] = field(default_factory=dict)
+    #: wall time spent inside the hooks (host time: on a GPU it excludes queued kernels)
+    hook_seconds: float = 0.0
     _handles: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -127,13 +130,18 @@ class UnitStatistics:
                         continue
                     hook = self._importance_hook if spec.role == "out" else self._pressure_hook
                     self._handles.append(spec.tensor.register_post_accumulate_grad_hook(
-                        partial(hook, kind=kind, layer=layer, blocks=spec.blocks,
+                        partial(self._timed, hook, kind=kind, layer=layer, blocks=spec.blocks,
                                 width=spec.width, axis=spec.axis)))
 
     def detach(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+
+    def _timed(self, hook, param, **where) -> None:
+        start = time.perf_counter()
+        hook(param, **where)
+        self.hook_seconds += time.perf_counter() - start
 
     @torch.no_grad()
     def _importance_hook(self, param, kind, layer, blocks, width, axis) -> None:

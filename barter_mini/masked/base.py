@@ -1,0 +1,409 @@
+"""Full-tensor masked dynamic sparse training: what the baselines share.
+
+A masked method keeps the model at full width (build it with ``build_model(config, 1.0)``)
+and puts a binary mask on the four weight matrices of every encoder layer: ``attn.qkv``,
+``attn.proj``, ``mlp.fc1`` and ``mlp.fc2`` (:func:`masked_tensors`). Everything else
+(tokenizer, norms, biases, positional embedding, pooling, classifier) stays dense, as in the
+reference implementations, which leave the first and last layers alone. *Density* is the
+fraction of those four kinds of weights that is active.
+
+How the trainer drives a method (``before_step`` / ``after_step``)::
+
+    loss.backward()
+    dst.before_step()          # read dense gradients (update steps only), then mask them
+    optimizer.step()
+    step += 1
+    dst.after_step(step)       # re-apply the masks; on schedule, drop and grow
+
+Keeping masked weights at exactly zero. Masking only the weights after the step is not
+enough with AdamW: the moments of an inactive weight would grow from its (dense) gradient
+and leak into it at the next step. So the gradient is masked *before* the step (an inactive
+weight then sees a zero gradient, its Adam moments or SGD momentum stay zero, and AdamW's
+decoupled decay of a zero is zero) and ``param.mul_(mask)`` is re-applied after every step
+as well. When a weight is dropped, its value and every per-element optimizer state entry
+(``exp_avg``, ``exp_avg_sq``, ``max_exp_avg_sq``, ``momentum_buffer``, whatever has the
+parameter's shape) are zeroed; a grown weight starts at 0 with zeroed state (the RigL
+convention); Adam's step count is shared by the tensor and is kept. (rigl-torch masks only
+SGD momentum and leaves Adam moments of inactive weights alone; this harness does not.)
+
+Schedule (RigL, :class:`MaskSchedule`): an update every ``delta_t`` optimizer steps up to
+``t_end * total_steps``; at step ``t`` the drop fraction is
+``alpha / 2 * (1 + cos(pi * t / (t_end * total_steps)))``. Unstructured methods drop
+``n = round(fraction * active)`` weights per tensor and grow as many, so the density is
+preserved exactly (SNFS moves the regrowth between tensors, SRigL and S2ViTE have their own
+granularity: see their modules).
+
+Growth candidates. The weights that were inactive before the update come first; a weight
+dropped in the same update is only re-picked when a tensor has too few inactive weights left
+(above density ~0.77 at alpha = 0.3), and then keeps its value, as in rigl-torch. The
+references let a just-dropped weight compete with the inactive ones on equal terms.
+
+Initial masks are uniform: every masked tensor gets ``round(rho * numel)`` active weights at
+seeded random positions. The reference RigL uses ERK, which makes small-fan layers denser;
+here all masked tensors of a model are of comparable size (``3A x D``, ``D x A``, ``F x D``,
+``D x F``) and the point is a like-for-like comparison with BARTER's budgets, which give every
+layer ``rho`` of its heads and FFN channels, so a uniform ``rho`` per tensor is the matching
+allocation (and the one SViTE's own runs use: ``--sparse_init uniform``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from ..budgets import check_density
+from ..errors import BarterError
+
+#: the masked weight of each layer, by kind: (module path inside the block, attribute)
+MASKED_KINDS = ("qkv", "proj", "fc1", "fc2")
+
+
+@dataclass(frozen=True)
+class MaskedSettings:
+    """Knobs of the masked baselines (defaults: the references' ViT settings)."""
+
+    delta_t: int = 100          # optimizer steps between mask updates
+    t_end: float = 0.75         # fraction of training after which masks are frozen
+    alpha: float = 0.3          # initial drop fraction, cosine-decayed to 0 at t_end
+    srigl_gamma_sal: float = 0.95   # SRigL: minimum salient share of a row's fan-in
+    s2vite_death_rate: float = 0.5  # S2ViTE: initial death rate, cosine-decayed
+    s2vite_t_end: float = 0.8       # S2ViTE: fraction of training with updates
+
+    def validate(self) -> "MaskedSettings":
+        if isinstance(self.delta_t, bool) or not isinstance(self.delta_t, numbers.Integral) or self.delta_t < 1:
+            raise BarterError(f"delta_t must be a positive integer, got {self.delta_t!r}")
+        for name in ("t_end", "s2vite_t_end"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise BarterError(f"{name} must be in (0, 1], got {value:g}")
+        for name in ("alpha", "srigl_gamma_sal", "s2vite_death_rate"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise BarterError(f"{name} must be in [0, 1], got {value:g}")
+        return self
+
+
+@dataclass(frozen=True)
+class MaskSchedule:
+    """When masks change and by how much (RigL's cosine-decayed drop fraction)."""
+
+    total_steps: int
+    delta_t: int
+    t_end: float
+    alpha: float
+
+    @property
+    def end(self) -> float:
+        """``T_end``: the last step at which the masks may change."""
+        return self.t_end * self.total_steps
+
+    @property
+    def update_steps(self) -> list[int]:
+        return [s for s in range(self.delta_t, self.total_steps + 1, self.delta_t) if s <= self.end]
+
+    def is_update(self, step: int) -> bool:
+        return step >= self.delta_t and step % self.delta_t == 0 and step <= self.end
+
+    def fraction(self, step: float) -> float:
+        """``alpha / 2 * (1 + cos(pi * step / T_end))``; 0 after ``T_end``."""
+        if step > self.end:
+            return 0.0
+        return self.alpha / 2 * (1 + math.cos(math.pi * step / self.end))
+
+
+@dataclass(frozen=True)
+class MaskedTensor:
+    """One masked weight: ``model.blocks[layer]``'s ``kind`` matrix, called ``name`` in the model."""
+
+    name: str
+    layer: int
+    kind: str
+    module: nn.Linear
+
+    @property
+    def param(self) -> nn.Parameter:
+        return self.module.weight
+
+
+def masked_tensors(model: nn.Module) -> list[MaskedTensor]:
+    """The four weights of every layer that the masked methods sparsify, in layer order."""
+    blocks = getattr(model, "blocks", None)
+    if blocks is None or len(blocks) == 0:
+        raise BarterError("masked methods need a model with .blocks of layers (attn.qkv, attn.proj, mlp.fc1, mlp.fc2)")
+    names = {id(p): n for n, p in model.named_parameters()}
+    tensors = []
+    for layer, block in enumerate(blocks):
+        modules = {"qkv": block.attn.qkv, "proj": block.attn.proj, "fc1": block.mlp.fc1, "fc2": block.mlp.fc2}
+        for kind in MASKED_KINDS:
+            tensors.append(MaskedTensor(names[id(modules[kind].weight)], layer, kind, modules[kind]))
+    return tensors
+
+
+# ----------------------------------------------------------------------------- selection
+
+def select_top(score: torch.Tensor, tier: torch.Tensor, count) -> torch.Tensor:
+    """Per row of the 2-D ``score``: the ``count`` entries of highest ``(tier, score)``.
+
+    ``tier`` orders candidates before ``score`` does (higher first); entries with a negative
+    tier are never chosen. Ties go to the lower index. ``count`` is an int or one per row.
+    """
+    rows, cols = score.shape
+    order = torch.sort(score, dim=1, descending=True, stable=True).indices
+    order = order.gather(1, torch.sort(tier.gather(1, order), dim=1, descending=True, stable=True).indices)
+    ranks = torch.empty_like(order)
+    ranks.scatter_(1, order, torch.arange(cols, device=score.device).expand(rows, cols))
+    count = torch.as_tensor(count, device=score.device).reshape(-1, 1)
+    return (ranks < count) & (tier >= 0)
+
+
+def drop_smallest(magnitude: torch.Tensor, mask: torch.Tensor, n: int) -> torch.Tensor:
+    """The ``n`` active entries of ``mask`` with the smallest ``magnitude`` (any shape)."""
+    tier = torch.where(mask, 0, -1).reshape(1, -1)
+    return select_top(-magnitude.reshape(1, -1), tier, n).reshape(mask.shape)
+
+
+def growth_tiers(before: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """Candidate order for growth: 1 inactive before the update, 0 just dropped, -1 kept."""
+    return torch.where(kept, -1, torch.where(before, 0, 1))
+
+
+def grow_largest(score: torch.Tensor, before: torch.Tensor, kept: torch.Tensor, n: int) -> torch.Tensor:
+    """``n`` new weights of largest ``score``, previously inactive ones first (any shape)."""
+    tier = growth_tiers(before, kept).reshape(1, -1)
+    return select_top(score.reshape(1, -1), tier, n).reshape(before.shape)
+
+
+def apportion(total: int, weights: list[float], caps: list[int]) -> list[int]:
+    """Split ``total`` into integers proportional to ``weights``, each at most its cap.
+
+    Water-filling: a share above its cap is clipped and the rest is shared again among the
+    others; then floors plus largest remainders, so the parts add up to
+    ``min(total, sum(caps))`` exactly. All-zero weights share equally.
+    """
+    n = len(weights)
+    total = min(int(total), int(sum(caps)))
+    if total <= 0:
+        return [0] * n
+    weights = [max(0.0, float(w)) if math.isfinite(w) else 0.0 for w in weights]
+    if sum(weights) <= 0:
+        weights = [1.0] * n
+    share = [0.0] * n
+    free = [i for i in range(n) if caps[i] > 0]
+    remaining = float(total)
+    while free:
+        mass = sum(weights[i] for i in free)
+        if mass <= 0:
+            raw = {i: remaining / len(free) for i in free}
+        else:
+            raw = {i: remaining * weights[i] / mass for i in free}
+        over = [i for i in free if raw[i] > caps[i]]
+        if not over:
+            for i in free:
+                share[i] = raw[i]
+            break
+        for i in over:
+            share[i] = float(caps[i])
+            remaining -= caps[i]
+            free.remove(i)
+    parts = [min(caps[i], math.floor(share[i] + 1e-9)) for i in range(n)]
+    leftover = total - sum(parts)
+    order = sorted(range(n), key=lambda i: (-(share[i] - parts[i]), i))
+    while leftover > 0:
+        for i in order:
+            if leftover > 0 and parts[i] < caps[i]:
+                parts[i] += 1
+                leftover -= 1
+    return parts
+
+
+# ----------------------------------------------------------------------------- base class
+
+class MaskedDST:
+    """Base of the masked methods: masks, schedule, gradient/state hygiene, records.
+
+    A subclass states its rule in :meth:`_next_masks` (new masks from the old ones, the
+    weights and whatever gradients it gathered). ``needs_dense_gradient`` makes
+    :meth:`before_step` keep a copy of every masked tensor's dense gradient at update steps,
+    before the gradient is masked (in a masked full-tensor model the backward pass produces
+    the dense gradient anyway, so this costs a copy, not extra compute).
+    """
+
+    name: ClassVar[str] = "masked"
+    needs_dense_gradient: ClassVar[bool] = False
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, density: float,
+                 total_steps: int, settings: MaskedSettings = MaskedSettings(), seed: int = 0):
+        self.target_density = check_density(density)
+        if isinstance(total_steps, bool) or not isinstance(total_steps, numbers.Integral) or total_steps < 1:
+            raise BarterError(f"total_steps must be a positive integer, got {total_steps!r}")
+        if not isinstance(settings, MaskedSettings):
+            raise BarterError(f"settings must be MaskedSettings, got {type(settings).__name__}")
+        self.settings = settings.validate()
+        self.model, self.optimizer = model, optimizer
+        self.total_steps = int(total_steps)
+        self.seed = seed
+        self.generator = torch.Generator().manual_seed(int(seed))
+        self.tensors = masked_tensors(model)
+        self.schedule = self._make_schedule()
+        self.step = 0                 # optimizer steps seen by after_step
+        self.history: list[dict] = []
+        self._dense_grads: dict[str, torch.Tensor] = {}
+        self._masks: dict[str, torch.Tensor] = self._initial_masks()
+        with torch.no_grad():
+            for param, mask in self._enforced():
+                param.mul_(mask)
+                self._zero_state(param, mask)
+
+    # ---------------------------------------------------------------- hooks for subclasses
+
+    def _make_schedule(self) -> MaskSchedule:
+        s = self.settings
+        return MaskSchedule(self.total_steps, s.delta_t, s.t_end, s.alpha)
+
+    def _initial_masks(self) -> dict[str, torch.Tensor]:
+        """Uniform random: ``round(rho * numel)`` (at least 1) active weights per tensor."""
+        masks = {}
+        for t in self.tensors:
+            numel = t.param.numel()
+            k = max(1, round(self.target_density * numel))
+            chosen = torch.randperm(numel, generator=self.generator)[:k]
+            mask = torch.zeros(numel, dtype=torch.bool)
+            mask[chosen] = True
+            masks[t.name] = mask.view_as(t.param).to(t.param.device)
+        return masks
+
+    def _enforced(self) -> list[tuple[nn.Parameter, torch.Tensor]]:
+        """(parameter, mask) pairs multiplied into parameters and gradients."""
+        return [(t.param, self._masks[t.name]) for t in self.tensors]
+
+    def _enforced_names(self) -> list[str]:
+        return [t.name for t in self.tensors]
+
+    def _observe_gradients(self, update_next: bool) -> None:
+        """Called by :meth:`before_step` with the dense (not yet masked) gradients."""
+        if self.needs_dense_gradient and update_next:
+            for t in self.tensors:
+                grad = t.param.grad
+                self._dense_grads[t.name] = (torch.zeros_like(t.param) if grad is None
+                                             else grad.detach().clone())
+
+    def _next_masks(self, step: int, fraction: float) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def _record_extra(self, old: dict[str, torch.Tensor]) -> dict:
+        return {}
+
+    def _after_step_hook(self) -> None:
+        pass
+
+    # ---------------------------------------------------------------- trainer interface
+
+    @torch.no_grad()
+    def before_step(self) -> None:
+        """After ``loss.backward()``, before ``optimizer.step()``: read, then mask gradients."""
+        self._observe_gradients(self.schedule.is_update(self.step + 1))
+        for param, mask in self._enforced():
+            if param.grad is not None:
+                param.grad.mul_(mask)
+
+    @torch.no_grad()
+    def after_step(self, step: int) -> dict | None:
+        """After ``optimizer.step()`` (``step`` counts from 1): re-mask; update on schedule."""
+        self.step = int(step)
+        for param, mask in self._enforced():
+            param.mul_(mask)
+        record = None
+        if self.schedule.is_update(self.step):
+            record = self._update(self.step)
+        self._dense_grads.clear()
+        self._after_step_hook()
+        return record
+
+    def _missing_gradient(self, name: str):
+        raise BarterError(f"{self.name} needs the dense gradient of {name} at update step {self.step}: "
+                          "call before_step() after loss.backward() and before optimizer.step()")
+
+    def dense_grad(self, name: str) -> torch.Tensor:
+        if name not in self._dense_grads:
+            self._missing_gradient(name)
+        return self._dense_grads[name]
+
+    def _update(self, step: int) -> dict:
+        fraction = self.schedule.fraction(step)
+        old = {name: m.clone() for name, m in self._masks.items()}
+        old_enforced = [m.clone() for _, m in self._enforced()]
+        self._masks = self._next_masks(step, fraction)
+        for (param, new), before in zip(self._enforced(), old_enforced):
+            keep = before & new          # active before and after: value and state survive
+            param.mul_(keep)
+            self._zero_state(param, keep)
+        record = {"step": step, "fraction": fraction,
+                  "dropped": {n: int((old[n] & ~m).sum()) for n, m in self._masks.items()},
+                  "grown": {n: int((m & ~old[n]).sum()) for n, m in self._masks.items()},
+                  **self._record_extra(old), "density": self.density()}
+        self.history.append(record)
+        return record
+
+    def _zero_state(self, param: nn.Parameter, keep: torch.Tensor) -> None:
+        """Zero every per-element optimizer state entry of ``param`` where ``keep`` is False."""
+        state = self.optimizer.state.get(param) if self.optimizer is not None else None
+        if not state:
+            return
+        for value in state.values():
+            if torch.is_tensor(value) and value.shape == param.shape and value.is_floating_point():
+                value.mul_(keep)
+
+    # ---------------------------------------------------------------- reporting
+
+    def density(self) -> float:
+        """Active fraction of the masked weights right now."""
+        active = sum(int(m.sum()) for m in self._masks.values())
+        return active / sum(m.numel() for m in self._masks.values())
+
+    def masks(self) -> dict[str, torch.Tensor]:
+        """Parameter name -> bool mask of active weights (copies)."""
+        return {name: m.clone() for name, m in self._masks.items()}
+
+    def enforced_masks(self) -> dict[str, torch.Tensor]:
+        """Parameter name -> the mask actually multiplied into that parameter and its gradient."""
+        return {name: m.clone() for name, (_, m) in zip(self._enforced_names(), self._enforced())}
+
+    def summary(self) -> dict:
+        total = sum(m.numel() for m in self._masks.values())
+        return {"method": self.name, "target_density": self.target_density, "density": self.density(),
+                "masked_weights": total, "active_weights": sum(int(m.sum()) for m in self._masks.values()),
+                "updates": len(self.history), "planned_updates": len(self.schedule.update_steps),
+                "dropped": sum(sum(r["dropped"].values()) for r in self.history),
+                "grown": sum(sum(r["grown"].values()) for r in self.history),
+                "settings": {f.name: getattr(self.settings, f.name) for f in fields(self.settings)}}
+
+
+class UnstructuredDST(MaskedDST):
+    """Per-tensor drop-and-grow: drop ``round(fraction * active)`` smallest ``|w|``, grow by a score."""
+
+    def _grow_score(self, t: MaskedTensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _grow_counts(self, dropped: dict[str, int], kept: dict[str, torch.Tensor]) -> dict[str, int]:
+        """How many weights each tensor grows (default: as many as it dropped)."""
+        return dict(dropped)
+
+    def _next_masks(self, step: int, fraction: float) -> dict[str, torch.Tensor]:
+        kept, dropped = {}, {}
+        for t in self.tensors:
+            mask = self._masks[t.name]
+            n = round(fraction * int(mask.sum()))
+            kept[t.name] = mask & ~drop_smallest(t.param.detach().abs(), mask, n)
+            dropped[t.name] = n
+        counts = self._grow_counts(dropped, kept)
+        new = {}
+        for t in self.tensors:
+            before = self._masks[t.name]
+            grown = grow_largest(self._grow_score(t), before, kept[t.name], counts[t.name])
+            new[t.name] = kept[t.name] | grown
+        return new
