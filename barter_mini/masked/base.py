@@ -43,7 +43,7 @@ seeded random positions. The reference RigL uses ERK, which makes small-fan laye
 here all masked tensors of a model are of comparable size (``3A x D``, ``D x A``, ``F x D``,
 ``D x F``) and the point is a like-for-like comparison with BARTER's budgets, which give every
 layer ``rho`` of its heads and FFN channels, so a uniform ``rho`` per tensor is the matching
-allocation (and the one SViTE's own runs use: ``--sparse_init uniform``).
+allocation.
 """
 
 from __future__ import annotations
