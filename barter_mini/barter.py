@@ -266,6 +266,9 @@ class BarterController:
         self.executed = {kind: 0 for kind in UNIT_KINDS}
         self.history: list[dict] = [{"step": 0, **allocation.as_dict()}]
 
+    def before_step(self) -> None:
+        """Nothing to do between backward and step: the hooks already read the gradients."""
+
     def after_step(self, step: int) -> dict[str, Transfer] | None:
         ks = self.schedule.transfers_at(step)
         if not any(ks.values()):

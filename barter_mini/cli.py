@@ -71,11 +71,25 @@ def cmd_train(args) -> int:
                     data_root=args.data_root, download=args.download, device=args.device,
                     progress=not args.no_progress)
     metrics = train(run, args.out)
+    if metrics["mask"]:
+        changes = (f"masked density {metrics['mask']['density']:.4f} after "
+                   f"{metrics['mask']['updates']} mask updates")
+    else:
+        changes = (f"transfers {metrics['transfers_executed']['heads']} heads / "
+                   f"{metrics['transfers_executed']['ffn']} FFN channels")
     print(f"{metrics['method']} {metrics['model']} rho={metrics['density']:g} on {metrics['dataset']}: "
           f"test acc {metrics['test_acc']:.4f}, test macro-F1 {metrics['test_macro_f1']:.4f}, "
           f"val acc {metrics['val_acc']:.4f}, wall time {metrics['wall_time_s']:.1f} s, "
-          f"transfers {metrics['transfers_executed']['heads']} heads / "
-          f"{metrics['transfers_executed']['ffn']} FFN channels -> {Path(args.out) / 'metrics.json'}")
+          f"{changes} -> {Path(args.out) / 'metrics.json'}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .export import export_run
+
+    summary = export_run(args.run_dir, args.out, args.checkpoint)
+    print(f"{summary['method']} rho={summary['density']:g}: {summary['params']:,} parameters, "
+          f"heads {summary['allocation']['heads']}, FFN channels {summary['allocation']['ffn']} -> {summary['out']}")
     return 0
 
 
@@ -163,6 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--out", required=True, help="run folder for best.pt, last.pt and metrics.json")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("export", help="write a trained run's model in its smallest dense form")
+    p.add_argument("run_dir", help="a run folder written by barter-mini train")
+    p.add_argument("--out", required=True, help="file to write (a torch checkpoint)")
+    p.add_argument("--checkpoint", default="best.pt", help="best.pt (default) or last.pt")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("book", help="execute every notebook with papermill and build the Jupyter Book")
     p.add_argument("--profile", default="quick", help="quick (CPU minutes), smoke (seconds) or paper (GPU)")

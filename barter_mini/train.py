@@ -29,19 +29,26 @@ from .configs import ModelConfig, get_model_config
 from .data import load_dataset, make_loaders
 from .errors import BarterError, choose
 from .io import load_checkpoint, save_checkpoint, write_json
+from .masked import MASKED_METHODS, MaskedSettings
 from .measure import count_parameters, training_gflops_per_image
 from .models import CompactTransformer, build_model
 from .recipes import Recipe, get_recipe, with_overrides
 
-#: method name -> BARTER settings overrides (None: the topology never changes)
-METHODS: dict[str, dict | None] = {
-    "dense": None,              # full width, no updates
-    "static": None,             # the budgeted compact model, topology frozen
+#: BARTER and its Table 12 ablations (options of BARTER, not copies): settings overrides
+BARTER_VARIANTS: dict[str, dict] = {
     "barter": {},
-    "random-receiver": {"random_receiver": True},          # Table 12 ablations
+    "random-receiver": {"random_receiver": True},
     "random-donor": {"random_donor": True},
     "random-pair": {"random_receiver": True, "random_donor": True},
 }
+#: every method name: dense (full width, no updates), static (the budgeted compact model,
+#: topology frozen), BARTER and its ablations, and the full-tensor masked baselines
+METHODS: tuple[str, ...] = ("dense", "static", *BARTER_VARIANTS, *MASKED_METHODS)
+
+
+def trains_full_width(method: str) -> bool:
+    """Dense and the masked baselines keep full-size tensors; the rest are compact."""
+    return method == "dense" or method in MASKED_METHODS
 
 
 #: optimizer steps per point of the training curve (running train loss and accuracy)
@@ -127,6 +134,36 @@ def model_from_checkpoint(checkpoint: dict, device: torch.device | str = "cpu") 
     return model.to(device)
 
 
+def make_controller(run: RunConfig, recipe: Recipe, model, optimizer, total_steps: int):
+    """What changes the topology during training: BARTER's controller, a masked method, or None.
+
+    Masked baselines use the recipe's update interval and horizon, so every dynamic method
+    updates on the same schedule.
+    """
+    if run.method in BARTER_VARIANTS:
+        settings = BarterSettings(**{**asdict(recipe.barter), **BARTER_VARIANTS[run.method]})
+        return BarterController(model, optimizer, total_steps, settings, seed=run.seed)
+    if run.method in MASKED_METHODS:
+        settings = MaskedSettings(delta_t=recipe.barter.delta_t, t_end=recipe.barter.t_end)
+        return MASKED_METHODS[run.method](model, optimizer, run.density, total_steps, settings,
+                                          seed=run.seed)
+    return None
+
+
+def controller_metrics(method: str, controller) -> dict:
+    """The metrics.json entries of a run's topology changes (zeros and empty for frozen ones)."""
+    none = {"heads": 0, "ffn": 0}
+    metrics = {"transfers_planned": none, "transfers_executed": none, "allocation_history": [],
+               "mask": None}
+    if method in BARTER_VARIANTS:
+        metrics.update(transfers_planned=controller.schedule.planned_totals(),
+                       transfers_executed=dict(controller.executed),
+                       allocation_history=controller.history)
+    elif method in MASKED_METHODS:
+        metrics["mask"] = {**controller.summary(), "history": controller.history}
+    return metrics
+
+
 def train(run: RunConfig, out: str | Path) -> dict:
     """Train one run into the folder ``out`` and return its metrics (also in metrics.json)."""
     run.validate()
@@ -147,23 +184,22 @@ def train(run: RunConfig, out: str | Path) -> dict:
     info = splits.info
     config = base_config.for_data(info.img_size, info.in_chans, info.num_classes)
 
-    model = build_model(config, run.density, drop_path=recipe.drop_path).to(device)
+    model = build_model(config, 1.0 if trains_full_width(run.method) else run.density,
+                        drop_path=recipe.drop_path).to(device)
     optimizer = torch.optim.AdamW(parameter_groups(model, recipe.weight_decay), lr=recipe.lr)
     total_steps = recipe.epochs * len(train_loader)
     scheduler = CosineLRScheduler(
         optimizer, t_initial=total_steps, lr_min=recipe.min_lr,
         warmup_t=int(recipe.warmup_fraction * total_steps), warmup_lr_init=recipe.lr * 0.01,
         warmup_prefix=True, t_in_epochs=False)
-    controller = None
-    if METHODS[run.method] is not None:
-        settings = BarterSettings(**{**asdict(recipe.barter), **METHODS[run.method]})
-        controller = BarterController(model, optimizer, total_steps, settings, seed=run.seed)
+    controller = make_controller(run, recipe, model, optimizer, total_steps)
     criterion = nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
 
     def checkpoint(epoch: int, step: int, val: dict) -> dict:
         return {"format": 1, "version": __version__, "run": asdict(run), "recipe": asdict(recipe),
                 "model_config": asdict(config), "allocation": model.allocation().as_dict(),
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "masks": controller.enforced_masks() if run.method in MASKED_METHODS else None,
                 "epoch": epoch, "step": step, "val": val}
 
     started = time.perf_counter()
@@ -179,6 +215,8 @@ def train(run: RunConfig, out: str | Path) -> dict:
             logits = model(x)
             loss = criterion(logits, y)
             loss.backward()
+            if controller is not None:
+                controller.before_step()
             optimizer.step()
             step += 1
             scheduler.step_update(step)
@@ -216,9 +254,7 @@ def train(run: RunConfig, out: str | Path) -> dict:
         "params": count_parameters(best_model),
         "train_gflops_per_image": training_gflops_per_image(best_model),
         "allocation": best["allocation"], "history": history, "curve": curve,
-        "transfers_planned": controller.schedule.planned_totals() if controller else {"heads": 0, "ffn": 0},
-        "transfers_executed": dict(controller.executed) if controller else {"heads": 0, "ffn": 0},
-        "allocation_history": controller.history if controller else [],
+        **controller_metrics(run.method, controller),
         "run": asdict(run), "recipe_settings": asdict(recipe),
     }
     write_json(out / "metrics.json", metrics)

@@ -1,8 +1,11 @@
 """S2ViTE (Chen et al., 2021, "structure_new"): structured DST of heads and FFN neurons.
 
 Units. A layer's attention heads and FFN neurons are switched on and off as a whole, under
-fixed per-layer budgets: every layer keeps ``max(1, round(rho * heads))`` heads and
-``max(1, round(rho * F))`` neurons at all times (initially a seeded random choice).
+fixed per-layer budgets: every layer keeps the heads and neurons of BARTER's initial
+allocation at density rho (:func:`~barter_mini.budgets.compute_budget` spread evenly by
+:func:`~barter_mini.budgets.initial_allocation`) at all times, initially a seeded random
+choice. The global counts are therefore BARTER's budgets, and an exported S2ViTE model has
+BARTER's parameter count at every density, as in the paper (Tables 7, 9, 15; Figure 4).
 
 * A masked head has its q, k and v rows of ``attn.qkv`` at zero, so its attention output
   ``a_h`` is zero. Its ``head_dim`` columns of ``attn.proj`` are *not* masked: they multiply a
@@ -53,7 +56,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..budgets import Allocation
+from ..budgets import Allocation, compute_budget, initial_allocation
 from ..errors import BarterError
 from .base import MaskSchedule, MaskedDST, drop_smallest, grow_largest
 
@@ -77,18 +80,17 @@ class S2ViTE(MaskedDST):
     def _initial_masks(self) -> dict[str, torch.Tensor]:
         self.head_masks: list[torch.Tensor] = []
         self.ffn_masks: list[torch.Tensor] = []
-        self.head_budget: list[int] = []
-        self.ffn_budget: list[int] = []
-        for block in self.model.blocks:
+        budget = initial_allocation(self.model.config, compute_budget(self.model.config, self.target_density))
+        self.head_budget: list[int] = list(budget.heads)
+        self.ffn_budget: list[int] = list(budget.ffn)
+        for layer, block in enumerate(self.model.blocks):
             heads, ffn = block.attn.num_heads, block.mlp.fc1.out_features
             device = block.mlp.fc1.weight.device
-            for count, masks, budgets in ((heads, self.head_masks, self.head_budget),
-                                          (ffn, self.ffn_masks, self.ffn_budget)):
-                k = min(count, max(1, round(self.target_density * count)))
+            for count, masks, k in ((heads, self.head_masks, self.head_budget[layer]),
+                                    (ffn, self.ffn_masks, self.ffn_budget[layer])):
                 unit = torch.zeros(count, dtype=torch.bool)
                 unit[torch.randperm(count, generator=self.generator)[:k]] = True
                 masks.append(unit.to(device))
-                budgets.append(k)
         return self._functional_masks()
 
     def _head_rows(self, layer: int) -> torch.Tensor:
