@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .budgets import check_density
 from .errors import BarterError, choose
@@ -21,13 +21,19 @@ class Profile:
     recipe: str
     epochs: int | None
     train_subset: int | None
+    #: training images of each run in notebooks that train a grid of runs (None: all)
+    grid_train_subset: int | None = None
 
+
+#: the from-scratch and ablation notebooks train a dozen runs each: a third of Fashion-MNIST
+#: keeps the quick book within its 30 minutes on two cores
+GRID_SUBSET_QUICK = 18000
 
 PROFILES: dict[str, Profile] = {
     "quick": Profile("quick", model="cct-mini", dataset="fashion-mnist", recipe="quick", epochs=3,
-                     train_subset=None),
+                     train_subset=None, grid_train_subset=GRID_SUBSET_QUICK),
     "smoke": Profile("smoke", model="cct-mini", dataset="fashion-mnist", recipe="smoke", epochs=1,
-                     train_subset=512),
+                     train_subset=512, grid_train_subset=512),
     "paper": Profile("paper", model="cct-paper", dataset="cifar100", recipe="paper", epochs=None,
                      train_subset=None),
 }
@@ -45,8 +51,7 @@ def resolve_profile(profile: str, dataset: str = "default", densities=(), seeds=
     chosen = PROFILES[profile]
     if dataset != "default":
         choose("dataset", dataset, DATASET_NAMES)
-        chosen = Profile(chosen.name, chosen.model, dataset, chosen.recipe, chosen.epochs,
-                         chosen.train_subset)
+        chosen = replace(chosen, dataset=dataset)
     for density in densities:
         check_density(density)
     for seed in seeds:

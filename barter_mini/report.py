@@ -10,6 +10,7 @@ import seaborn as sns
 from .barter import BarterSettings, TransferSchedule
 from .budgets import PAPER_TABLE3, compute_budget, initial_allocation
 from .configs import get_model_config
+from .experiments import final_allocations
 
 
 def budget_table(densities=(0.1, 0.3, 0.5, 0.7), models=("cct-paper", "vit-paper", "cct-mini")) -> pd.DataFrame:
@@ -76,4 +77,68 @@ def plot_allocation_heatmaps(metrics: dict):
         if frame.shape[1] > 12:
             ticks = np.linspace(0, frame.shape[1] - 1, 8).astype(int)
             ax.set_xticks(ticks + 0.5, [frame.columns[t] for t in ticks], rotation=0)
+    return fig
+
+
+#: one colour per method, shared by every figure of the book
+METHOD_ORDER = ("dense", "set", "snfs", "rigl", "srigl", "s2vite", "static",
+                "random-receiver", "random-donor", "random-pair", "barter")
+METHOD_PALETTE = dict(zip(METHOD_ORDER, sns.color_palette("tab10", 10) + [(0.85, 0.37, 0.0)]))
+
+
+def plot_accuracy_against_density(summary: pd.DataFrame, paper: pd.DataFrame | None = None):
+    """Table 1 as a figure: test Top-1 (%) against density, one line per method, sample-std
+    error bars; dense as a horizontal reference. With ``paper``, a second panel shows the
+    paper's CCT/CIFAR-100 numbers on the same layout, so orderings can be compared."""
+    panels = [("this run", summary)] + ([("paper, CCT on CIFAR-100", paper)] if paper is not None else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 3.8), constrained_layout=True,
+                             squeeze=False)
+    for ax, (title, table) in zip(axes[0], panels):
+        methods = [m for m in METHOD_ORDER if m in set(table["method"]) and m in set(summary["method"])]
+        for method in methods:
+            rows = table[table["method"] == method].sort_values("density")
+            color = METHOD_PALETTE[method]
+            if method == "dense":
+                ax.axhline(rows["acc_mean"].iloc[0], color=color, ls="--", label="dense (rho = 1)")
+                continue
+            ax.errorbar(rows["density"], rows["acc_mean"], yerr=rows["acc_std"].fillna(0), marker="o",
+                        capsize=3, color=color, label=method)
+        ax.set_xlabel("density rho (fraction of heads and FFN channels, or of weights)")
+        ax.set_ylabel("test Top-1 accuracy (%)")
+        ax.set_title(title)
+    axes[0][-1].legend(fontsize="small", loc="lower right")
+    return fig
+
+
+def plot_ablation_differences(differences: pd.DataFrame, reference: str = "barter"):
+    """Figure 6: bars of each variant's Top-1 and macro-F1 minus BARTER's, in points, with the
+    variant's own score (%) in parentheses."""
+    long = pd.concat([
+        pd.DataFrame({"variant": differences["method"], "metric": "Top-1", "difference": differences["acc_diff"],
+                      "score": differences["acc"]}),
+        pd.DataFrame({"variant": differences["method"], "metric": "macro-F1", "difference": differences["f1_diff"],
+                      "score": differences["f1"]})])
+    fig, ax = plt.subplots(figsize=(7.5, 3.6), constrained_layout=True)
+    sns.barplot(long, x="variant", y="difference", hue="metric", ax=ax)
+    for container, metric in zip(ax.containers, ("Top-1", "macro-F1")):
+        scores = long[long["metric"] == metric]["score"]
+        ax.bar_label(container, labels=[f"{d:+.2f}\n({s:.1f})" for d, s in
+                                        zip(long[long["metric"] == metric]["difference"], scores)],
+                     fontsize="x-small", padding=2)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xlabel("variant")
+    ax.set_ylabel(f"variant minus {reference} (percentage points)")
+    ax.margins(y=0.3)
+    return fig
+
+
+def plot_final_allocations(runs: pd.DataFrame):
+    """Heads and FFN channels per layer that each run ends with (rows: runs)."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 0.45 * len(runs) + 1.6), constrained_layout=True)
+    for ax, kind, label in zip(axes, ("heads", "ffn"), ("attention heads", "FFN channels")):
+        frame = final_allocations(runs, kind)
+        sns.heatmap(frame, ax=ax, cmap="viridis", annot=True, fmt="d", cbar_kws={"label": f"{label} per layer"})
+        ax.set_xlabel("layer")
+        ax.set_ylabel("run")
+        ax.set_title(f"final {label} per layer")
     return fig
