@@ -127,6 +127,28 @@ def cmd_overhead(args) -> int:
     return 0
 
 
+def _comma_list(convert, what: str):
+    def parse(text: str) -> list:
+        try:
+            return [convert(item) for item in text.split(",") if item.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {what}, got {text!r}")
+    return parse
+
+
+def cmd_bench(args) -> int:
+    from .bench import bench, format_report
+    from .io import write_json
+
+    rows = bench(args.model, args.methods, args.densities, args.batch, steps=args.steps, warmup=args.warmup,
+                 segment_steps=args.segment_steps, update_samples=args.update_samples, device=args.device,
+                 seed=args.seed, progress=not args.json)
+    if args.out:
+        write_json(Path(args.out), rows)
+    print(json.dumps(rows, indent=2) if args.json else format_report(rows))
+    return 0
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -194,6 +216,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-root", help="dataset folder (default: $BARTER_MINI_DATA or ./data)")
     p.add_argument("--download", action="store_true", help="let torchvision download a missing dataset")
     p.set_defaults(func=cmd_data)
+
+    p = sub.add_parser("bench", help="step time, epoch time, peak memory, FLOPs, exported size and update cost "
+                                     "of every method and density, measured side by side")
+    p.add_argument("--model", default="cct-paper", help=f"one of {', '.join(MODEL_CONFIGS)}")
+    p.add_argument("--methods", type=_comma_list(str, "method names"),
+                   default=["dense", "rigl", "set", "srigl", "s2vite", "static", "barter"],
+                   help=f"comma-separated, from {', '.join(METHODS)}")
+    p.add_argument("--densities", type=_comma_list(float, "densities"), default=[0.1, 0.3, 0.5, 0.7],
+                   help="comma-separated densities in (0, 1]")
+    p.add_argument("--batch", type=_positive_int, default=32)
+    p.add_argument("--steps", type=_positive_int, default=5, help="timed steps per method (after warm-up)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
+    p.add_argument("--segment-steps", type=_positive_int, default=3, help="steps of the contiguous segment")
+    p.add_argument("--update-samples", type=_positive_int, default=3, help="topology updates timed per method")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument("--out", help="also write the rows as JSON to this file (atomically)")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("overhead", help="time a training step with and without the statistics hooks")
     p.add_argument("--model", default="cct-paper")

@@ -17,7 +17,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from .budgets import compute_budget, initial_allocation
-from .cache import cached_train
+from .cache import cached_metrics, cached_train
 from .configs import get_model_config
 from .errors import BarterError, choose
 from .profiles import Profile
@@ -201,3 +201,16 @@ def final_allocations(runs: pd.DataFrame, kind: str) -> pd.DataFrame:
     frame = pd.DataFrame(runs[kind].tolist(), index=[f"{m} (seed {s})" for m, s in zip(runs["method"], runs["seed"])])
     frame.columns = pd.Index(range(frame.shape[1]), name="layer")
     return frame
+
+
+def accuracy_beside_step_time(setup: Profile, bench_rows: list[dict], seeds) -> pd.DataFrame:
+    """Figure 1's points: each benchmarked method and density with the mean test Top-1 (%)
+    of its from-scratch runs under ``setup`` when the cache holds them (blank otherwise:
+    nothing is trained here)."""
+    points = []
+    for row in bench_rows:
+        found = [cached_metrics(profile_run(setup, row["method"], row["density"], seed)) for seed in seeds]
+        accs = [100 * metrics["test_acc"] for metrics in found if metrics is not None]
+        points.append({"method": row["method"], "density": row["density"], "step_ms": row["step_ms"],
+                       "acc": sum(accs) / len(accs) if accs else float("nan"), "runs": len(accs)})
+    return pd.DataFrame(points)

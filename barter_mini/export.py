@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import torch
@@ -49,13 +50,20 @@ def remove_masked_units(model: CompactTransformer, masks: dict[str, torch.Tensor
     return model
 
 
+def smallest_dense_form(model: CompactTransformer, method: str, masks: dict[str, torch.Tensor] | None):
+    """The model as it would be exported: S2ViTE's masked units removed (on a copy), every
+    other method's model unchanged."""
+    if method in STRUCTURED_MASKED:
+        return remove_masked_units(copy.deepcopy(model), masks)
+    return model
+
+
 def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "best.pt") -> dict:
     """Write ``run_dir``'s model in its smallest dense form to ``out``; return a summary."""
     state = load_checkpoint(Path(run_dir) / checkpoint)
     model = model_from_checkpoint(state).eval()
     method = state["run"]["method"]
-    if method in STRUCTURED_MASKED:
-        model = remove_masked_units(model, state["masks"])
+    model = smallest_dense_form(model, method, state["masks"])
     exported = {"format": 1, "method": method, "density": state["run"]["density"],
                 "model_config": state["model_config"], "allocation": model.allocation().as_dict(),
                 "model": model.state_dict()}

@@ -142,3 +142,77 @@ def plot_final_allocations(runs: pd.DataFrame):
         ax.set_ylabel("run")
         ax.set_title(f"final {label} per layer")
     return fig
+
+
+def by_density(rows, value: str, methods=METHOD_ORDER) -> pd.DataFrame:
+    """``value`` per method (rows) and density (columns); dense, trained only at rho = 1, is
+    repeated across the columns as in the paper's Tables 6-9."""
+    frame = pd.DataFrame(rows)
+    sparse = frame[frame["method"] != "dense"]
+    table = sparse.pivot(index="method", columns="density", values=value)
+    if (frame["method"] == "dense").any():
+        dense_value = frame.loc[frame["method"] == "dense", value].iloc[0]
+        table.loc["dense"] = dense_value
+    order = [m for m in methods if m in table.index]
+    table = table.loc[order]
+    table.columns = pd.Index(table.columns, name="density")
+    return table
+
+
+def plot_compute_and_size(rows_by_model: dict):
+    """Figure 4: training GFLOPs per image (3 x forward, as executed) against exported
+    parameters, one panel per model; each method's points run over the densities."""
+    fig, axes = plt.subplots(1, len(rows_by_model), figsize=(6.2 * len(rows_by_model), 4),
+                             constrained_layout=True, squeeze=False)
+    for ax, (model, rows) in zip(axes[0], rows_by_model.items()):
+        frame = pd.DataFrame(rows)
+        for method in [m for m in METHOD_ORDER if m in set(frame["method"])]:
+            points = frame[frame["method"] == method].sort_values("density")
+            marker = "*" if method == "dense" else "o"
+            ax.plot(points["params"] / 1e6, points["train_gflops_per_image"], marker=marker,
+                    ms=14 if method == "dense" else 6, color=METHOD_PALETTE[method], label=method,
+                    alpha=0.8)
+        ax.set_xlabel("exported parameters (millions)")
+        ax.set_ylabel("training GFLOPs per image (3 x forward)")
+        ax.set_title(model)
+        ax.legend(fontsize="small")
+    return fig
+
+
+def plot_cost_against_density(rows, title: str = ""):
+    """Figure 7 and Figure 3 (right): median step time and peak training memory against
+    density, one line per method; dense as a horizontal reference."""
+    frame = pd.DataFrame(rows)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), constrained_layout=True)
+    for ax, value, label in zip(axes, ("step_ms", "peak_mem_mb"),
+                                ("median step time (ms)", "peak training memory (MB)")):
+        for method in [m for m in METHOD_ORDER if m in set(frame["method"])]:
+            points = frame[frame["method"] == method].sort_values("density")
+            color = METHOD_PALETTE[method]
+            if method == "dense":
+                ax.axhline(points[value].iloc[0], color=color, ls="--", label="dense (rho = 1)")
+            else:
+                ax.plot(points["density"], points[value], "o-", color=color, label=method)
+        ax.set_xlabel("density rho")
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"{title}: {label}" if title else label)
+    axes[1].legend(fontsize="small")
+    return fig
+
+
+def plot_accuracy_against_step_time(points: pd.DataFrame):
+    """Figure 1: test Top-1 against median step time, one line per method, labelled with
+    the density; points without a trained run are left out."""
+    fig, ax = plt.subplots(figsize=(7, 4.2), constrained_layout=True)
+    points = points.dropna(subset=["acc"])
+    for method in [m for m in METHOD_ORDER if m in set(points["method"])]:
+        rows = points[points["method"] == method].sort_values("step_ms")
+        ax.plot(rows["step_ms"], rows["acc"], "o-", color=METHOD_PALETTE[method], label=method)
+        for _, row in rows.iterrows():
+            ax.annotate(f"{row['density']:g}", (row["step_ms"], row["acc"]), textcoords="offset points",
+                        xytext=(4, 4), fontsize="x-small")
+    ax.set_xlabel("median training step time (ms)")
+    ax.set_ylabel("test Top-1 accuracy (%)")
+    ax.legend(fontsize="small")
+    return fig

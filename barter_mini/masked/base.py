@@ -226,7 +226,7 @@ def apportion(total: int, weights: list[float], caps: list[int]) -> list[int]:
 class MaskedDST:
     """Base of the masked methods: masks, schedule, gradient/state hygiene, records.
 
-    A subclass states its rule in :meth:`_next_masks` (new masks from the old ones, the
+    A subclass states its rule in ``_next_masks`` (new masks from the old ones, the
     weights and whatever gradients it gathered). ``needs_dense_gradient`` makes
     :meth:`before_step` keep a copy of every masked tensor's dense gradient at update steps,
     before the gradient is masked (in a masked full-tensor model the backward pass produces

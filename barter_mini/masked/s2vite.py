@@ -32,11 +32,11 @@ Rule, per layer at every update, with death rate
 Units dropped in this update come last among the growth candidates. Re-grown q, k, v rows
 and fc1 rows start at zero with zeroed optimizer state.
 
-:meth:`density` and :meth:`masks` describe the *functional* masks over all four weight
+:meth:`~barter_mini.masked.base.MaskedDST.density` and :meth:`~barter_mini.masked.base.MaskedDST.masks` describe the *functional* masks over all four weight
 matrices: the rows of ``qkv`` and columns of ``proj`` of active heads, the rows of ``fc1``
 and columns of ``fc2`` of active neurons, i.e. what an exported compact model keeps (so
 ``density`` is close to, not exactly, ``rho``: the budgets are rounded to whole units).
-:meth:`enforced_masks` lists what is multiplied into parameters and gradients: ``qkv`` and
+:meth:`~barter_mini.masked.base.MaskedDST.enforced_masks` lists what is multiplied into parameters and gradients: ``qkv`` and
 ``fc1`` weights and ``fc1.bias``.
 
 Reference: VITA-Group/SViTE (``dst_utils/core.py``, ``pruning_type structure_new``).

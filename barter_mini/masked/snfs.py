@@ -13,7 +13,7 @@ Momentum: for Adam(W) ``exp_avg / (sqrt(exp_avg_sq) + 1e-8)`` (no bias correctio
 reference), for SGD the momentum buffer, without momentum the gradient. Because this harness
 masks the gradients of inactive weights (so that they stay exactly zero), the optimizer's own
 moments of inactive weights are zero and cannot rank them. SNFS therefore keeps a separate
-running estimate fed with the *dense* gradient at every step, in :meth:`before_step` before
+running estimate fed with the *dense* gradient at every step, in :meth:`~barter_mini.masked.base.MaskedDST.before_step` before
 masking, with the optimizer's own coefficients (``betas``; ``momentum``, ``dampening`` and
 SGD's coupled ``weight_decay``). On active weights it equals the optimizer's state; on
 inactive weights it is what the reference's optimizer state would be, since the reference

@@ -1,0 +1,296 @@
+"""``barter-mini bench``: what each method costs to train, measured side by side in one run.
+
+For every method and density, on synthetic input of the model's shape (Tables 6-9, 14, 15,
+17; Figures 3, 4 and 7):
+
+* ``step_ms``: median of timed optimizer steps (forward, backward, the method's per-step
+  work, AdamW), methods interleaved round by round after warm-up
+  (:func:`~barter_mini.measure.interleaved_times`);
+* ``epoch_s``: a contiguous measured segment of steps, per step, plus the amortised cost of
+  the topology updates, times the steps of one epoch of the model's paper dataset;
+* ``peak_mem_mb``: the peak of one real step (:func:`~barter_mini.measure.step_memory`);
+* ``train_gflops_per_image``: what the dense kernels execute, in the paper's convention
+  (3 x forward), and FlopCounterMode's own forward + backward count beside it; the masked
+  methods execute the dense model's FLOPs whatever their density;
+* ``params``: parameters of the exported model (its smallest dense form, as ``barter-mini
+  export`` writes it) and that model's GFLOPs;
+* for BARTER and its variants, the topology updates: the median time of one update at the start of the
+  schedule (where the cosine schedule moves the most units), per training step and over a
+  whole schedule of the paper's recipe, and as a share of training time (Table 17).
+
+The ratio that matters is BARTER's speedup over RigL beside the FLOPs-ideal one,
+``FLOPs(RigL) / FLOPs(BARTER)``: dense kernels on masked tensors do all the dense work.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics as stats_lib
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from .configs import get_model_config
+from .errors import BarterError, choose
+from .experiments import read_paper_table
+from .export import smallest_dense_form
+from .masked import MASKED_METHODS
+from .measure import (count_parameters, counted_training_gflops_per_image, interleaved_times,
+                      step_memory, timed, training_gflops_per_image)
+from .models import build_model
+from .recipes import get_recipe
+from .train import BARTER_VARIANTS, METHODS, RunConfig, make_controller, parameter_groups, resolve_device, trains_full_width
+
+#: what one epoch of each paper dataset holds (training images), for seconds per epoch
+EPOCH_IMAGES = {"cifar100": 50_000, "tiny-imagenet": 100_000, "fashion-mnist": 60_000}
+DEFAULT_METHODS = ("dense", "rigl", "set", "srigl", "s2vite", "static", "barter")
+DEFAULT_DENSITIES = (0.1, 0.3, 0.5, 0.7)
+
+
+@dataclass
+class TrainingStep:
+    """One method's model, optimizer and per-step work on a fixed synthetic batch.
+
+    Calling it performs one optimizer step exactly as :func:`barter_mini.train.train` does,
+    numbered so that no topology update is due (steady-state steps); :meth:`run` performs a
+    step of a chosen number.
+    """
+
+    method: str
+    density: float
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    controller: object
+    x: torch.Tensor
+    y: torch.Tensor
+    step: int = 0
+
+    def __post_init__(self) -> None:
+        self.update_steps: list[int] = [] if self.controller is None else list(self.controller.schedule.update_steps)
+        self._updates = set(self.update_steps)
+
+    def __call__(self) -> None:
+        self.step += 1
+        while self.step in self._updates:
+            self.step += 1
+        self.run(self.step)
+
+    def run(self, step: int, controller_after_step: bool = True) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        nn.functional.cross_entropy(self.model(self.x), self.y).backward()
+        if self.controller is not None:
+            self.controller.before_step()
+        self.optimizer.step()
+        if self.controller is not None and controller_after_step:
+            self.controller.after_step(step)
+
+
+def build_training_step(model_name: str, method: str, density: float, batch: int, total_steps: int,
+                        device: torch.device, seed: int = 0) -> TrainingStep:
+    """The model, AdamW and controller that ``barter-mini train --method METHOD`` would use,
+    with the paper recipe's update schedule over ``total_steps``."""
+    config = get_model_config(model_name)
+    run = RunConfig(method=method, model=model_name, density=density, seed=seed, recipe="paper").validate()
+    recipe = get_recipe("paper", config.family)
+    torch.manual_seed(seed)
+    model = build_model(config, 1.0 if trains_full_width(method) else run.density).to(device)
+    optimizer = torch.optim.AdamW(parameter_groups(model, recipe.weight_decay), lr=1e-4)
+    controller = make_controller(run, recipe, model, optimizer, total_steps)
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, config.in_chans, config.img_size, config.img_size, generator=generator).to(device)
+    y = torch.randint(0, config.num_classes, (batch,), generator=generator).to(device)
+    return TrainingStep(method, run.density, model, optimizer, controller, x, y)
+
+
+def check_bench_arguments(model: str, methods, densities, batch: int, steps: int) -> tuple:
+    get_model_config(model)
+    methods = tuple(methods)
+    if not methods:
+        raise BarterError(f"--methods must name at least one of {', '.join(METHODS)}")
+    for method in methods:
+        choose("method", method, METHODS)
+    if not densities:
+        raise BarterError("--densities must list at least one density in (0, 1]")
+    for name, value in (("batch", batch), ("steps", steps)):
+        if value < 1:
+            raise BarterError(f"{name} must be a positive integer, got {value}")
+    cases = [("dense", 1.0)] if "dense" in methods else []
+    cases += [(m, RunConfig(method=m, density=d).validate().density) for d in densities
+              for m in methods if m != "dense"]
+    return cases
+
+
+def compute_and_size(setup: TrainingStep) -> dict:
+    """FLOPs the dense kernels execute and the exported model's size (Figure 4, Tables 7, 9, 15)."""
+    masks = setup.controller.enforced_masks() if setup.method in MASKED_METHODS else None
+    exported = smallest_dense_form(setup.model, setup.method, masks)
+    return {"train_gflops_per_image": training_gflops_per_image(setup.model),
+            "counted_train_gflops_per_image": counted_training_gflops_per_image(setup.model),
+            "params": count_parameters(exported),
+            "exported_train_gflops_per_image": training_gflops_per_image(exported)}
+
+
+def compute_and_size_rows(model: str = "cct-paper", methods=DEFAULT_METHODS, densities=DEFAULT_DENSITIES) -> list[dict]:
+    """:func:`compute_and_size` of every method and density, without timing anything."""
+    rows = []
+    for method, density in check_bench_arguments(model, methods, densities, 1, 1):
+        setup = build_training_step(model, method, density, 1, 1000, torch.device("cpu"))
+        rows.append({"model": model, "method": method, "density": density, **compute_and_size(setup)})
+    return rows
+
+
+def update_cost(setup: TrainingStep, samples: int, device: torch.device) -> dict:
+    """Median seconds of one ``after_step`` at an update step (the first ``samples`` of the
+    schedule, where the cosine schedule moves the most units; training steps before each so
+    statistics and gradients are current), and that cost over the whole schedule."""
+    times = []
+    for step in setup.update_steps[:samples]:
+        setup.run(step - 1)                        # the method's bookkeeping sees step - 1
+        setup.run(step, controller_after_step=False)
+        times.append(timed(lambda: setup.controller.after_step(step), device))
+    median = stats_lib.median(times)
+    return {"update_ms": 1000 * median, "updates_per_schedule": len(setup.update_steps),
+            "update_s_per_schedule": median * len(setup.update_steps)}
+
+
+def bench(model: str = "cct-paper", methods=DEFAULT_METHODS, densities=DEFAULT_DENSITIES, batch: int = 32,
+          steps: int = 5, warmup: int = 2, segment_steps: int = 3, update_samples: int = 3,
+          device: str = "auto", seed: int = 0, progress: bool = True) -> list[dict]:
+    """Measure every (method, density) of the grid in one run; one row each (see the module)."""
+    cases = check_bench_arguments(model, methods, densities, batch, steps)
+    device = resolve_device(device)
+    config = get_model_config(model)
+    recipe = get_recipe("paper", config.family)
+    steps_per_epoch = math.ceil(EPOCH_IMAGES[config.default_dataset] / batch)
+    total_steps = recipe.epochs * steps_per_epoch
+    bar = tqdm(total=len(cases) * 2 + 1, desc="bench", disable=not progress)
+
+    # Memory first, each setup's first step. On a GPU one setup at a time (built, measured,
+    # freed) so that the allocator's peak holds nothing of the others; on the CPU the
+    # saved-tensor accounting needs no isolation, and the setups are kept for timing.
+    rows, setups = {}, {}
+    for case in cases:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        before = torch.cuda.memory_allocated() if device.type == "cuda" else 0
+        setup = build_training_step(model, *case, batch, total_steps, device, seed)
+        if device.type == "cuda":
+            setup()                                # so that optimizer state exists during the peak
+        memory = step_memory(setup, setup.model, setup.optimizer, setup.controller, device, before)
+        rows[case] = {"model": model, "method": case[0], "density": case[1], "batch": batch,
+                      "device": device.type, **compute_and_size(setup), **memory}
+        if device.type != "cuda":
+            setups[case] = setup
+        del setup
+        bar.update()
+
+    # Then time all of them interleaved, and a contiguous segment each.
+    if device.type == "cuda":
+        setups = {case: build_training_step(model, *case, batch, total_steps, device, seed) for case in cases}
+    times = interleaved_times({case: setup for case, setup in setups.items()}, steps, warmup, device)
+    bar.update()
+    for case, setup in setups.items():
+        row = rows[case]
+        step_s = stats_lib.median(times[case])
+        quartiles = stats_lib.quantiles(times[case], n=4) if len(times[case]) > 1 else [step_s] * 3
+        segment_s = timed(lambda: [setup() for _ in range(segment_steps)], device) / segment_steps
+        # BARTER's update cost is a target (Table 17); a masked method's is timed once, so
+        # that its epoch time includes it too
+        samples = update_samples if setup.method in BARTER_VARIANTS else 1
+        updates = update_cost(setup, samples, device) if setup.update_steps else {
+            "update_ms": 0.0, "updates_per_schedule": 0, "update_s_per_schedule": 0.0}
+        update_s_per_step = updates["update_s_per_schedule"] / total_steps
+        row.update({"step_ms": 1000 * step_s, "step_ms_q1": 1000 * quartiles[0], "step_ms_q3": 1000 * quartiles[2],
+                    "segment_ms_per_step": 1000 * segment_s,
+                    "steps_per_epoch": steps_per_epoch,
+                    "epoch_s": (segment_s + update_s_per_step) * steps_per_epoch,
+                    **updates, "update_ms_per_step": 1000 * update_s_per_step,
+                    "update_percent_of_training": 100 * update_s_per_step / (segment_s + update_s_per_step)})
+        bar.update()
+    bar.close()
+    return [rows[case] for case in cases]
+
+
+def ratios(rows: list[dict], method: str = "barter", against: str = "rigl") -> list[dict]:
+    """Per density: ``against``'s step time and peak memory over ``method``'s, beside the
+    FLOPs-ideal ratio; ``efficiency`` is measured speedup / ideal speedup."""
+    by_case = {(r["method"], r["density"]): r for r in rows}
+    out = []
+    for density in sorted({r["density"] for r in rows if r["method"] == method}):
+        ours, theirs = by_case.get((method, density)), by_case.get((against, density))
+        if ours is None or theirs is None:
+            continue
+        speedup = theirs["step_ms"] / ours["step_ms"]
+        ideal = theirs["train_gflops_per_image"] / ours["train_gflops_per_image"]
+        out.append({"density": density, "speedup": speedup, "ideal_speedup": ideal,
+                    "efficiency": speedup / ideal,
+                    "epoch_speedup": theirs["epoch_s"] / ours["epoch_s"],
+                    "memory_fraction": ours["peak_mem_mb"] / theirs["peak_mem_mb"],
+                    "update_percent_of_training": ours["update_percent_of_training"]})
+    return out
+
+
+def format_report(rows: list[dict]) -> str:
+    """Each density's figures per method, then BARTER against RigL beside the FLOPs ideal."""
+    lines = []
+    header = (f"{'method':<16}{'density':>8}{'ms/step':>10}{'s/epoch':>10}{'peak MB':>10}"
+              f"{'GFLOPs':>9}{'params':>11}{'update %':>10}")
+    for density in sorted({r["density"] for r in rows}):
+        lines += [f"density {density:g}", header]
+        for r in (r for r in rows if r["density"] == density):
+            lines.append(f"{r['method']:<16}{r['density']:>8g}{r['step_ms']:>10.1f}{r['epoch_s']:>10.1f}"
+                         f"{r['peak_mem_mb']:>10.1f}{r['train_gflops_per_image']:>9.3f}{r['params']:>11,}"
+                         f"{r['update_percent_of_training']:>10.4f}")
+        lines.append("")
+    for ratio in ratios(rows):
+        lines.append(f"rho={ratio['density']:g}: BARTER is {ratio['speedup']:.2f}x faster per step than RigL "
+                     f"(FLOPs-ideal {ratio['ideal_speedup']:.2f}x, {ratio['efficiency']:.2f} of ideal), "
+                     f"peak memory {100 * ratio['memory_fraction']:.1f} % of RigL's, "
+                     f"topology updates {ratio['update_percent_of_training']:.4f} % of training time")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class BenchProfile:
+    """How much the efficiency notebook measures under a notebook profile.
+
+    ``paper_models`` (model, batch) are benchmarked for the paper's efficiency tables; the
+    profile's own training model is benchmarked at its recipe's batch for Figure 1.
+    """
+
+    paper_models: tuple[tuple[str, int], ...]
+    steps: int
+    warmup: int
+    segment_steps: int
+    update_samples: int
+
+
+BENCH_PROFILES = {
+    "smoke": BenchProfile((("cct-mini", 16),), steps=2, warmup=1, segment_steps=1, update_samples=1),
+    "quick": BenchProfile((("cct-paper", 32),), steps=3, warmup=1, segment_steps=2, update_samples=2),
+    "paper": BenchProfile((("cct-paper", 128), ("vit-paper", 256)), steps=20, warmup=5, segment_steps=50,
+                          update_samples=5),
+}
+
+
+def iphone_comparison(rows: list[dict], density: float = 0.3) -> pd.DataFrame:
+    """Table 2 in spirit: dense, RigL and BARTER at ``density`` on this machine (ms/step,
+    s/epoch and speedup over RigL) beside the paper's iPhone 13 Pro Max figures."""
+    paper = read_paper_table("table02_iphone_cct").set_index("method")
+    by_case = {(r["method"], r["density"]): r for r in rows}
+    cases = [("dense", 1.0), ("rigl", density), ("barter", density)]
+    if any(case not in by_case for case in cases):
+        raise BarterError(f"the Table 2 comparison needs dense, rigl and barter at density {density:g} in the bench")
+    rigl = by_case["rigl", density]
+    out = []
+    for method, rho in cases:
+        ours = by_case[method, rho]
+        out.append({"method": method, "density": rho, "ms/step (here)": ours["step_ms"],
+                    "s/epoch (here)": ours["epoch_s"], "speedup over RigL (here)": rigl["step_ms"] / ours["step_ms"],
+                    "ms/step (iPhone)": paper.loc[method, "ms_per_step"],
+                    "s/epoch (iPhone)": paper.loc[method, "s_per_epoch"],
+                    "speedup over RigL (iPhone)": paper.loc["rigl", "ms_per_step"] / paper.loc[method, "ms_per_step"]})
+    return pd.DataFrame(out)

@@ -1,0 +1,106 @@
+"""Measurement primitives and barter-mini bench (issue: efficiency)."""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from barter_mini.bench import build_training_step, bench, format_report, iphone_comparison, ratios
+from barter_mini.cli import main
+from barter_mini.configs import get_model_config
+from barter_mini.measure import (counted_training_gflops_per_image, forward_flops_per_image,
+                                 interleaved_times, step_memory, tensor_bytes)
+from barter_mini.models import build_model
+
+KEYS = {"method", "density", "step_ms", "epoch_s", "peak_mem_mb", "train_gflops_per_image", "params"}
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return bench("cct-mini", ["dense", "rigl", "s2vite", "static", "barter"], [0.3], batch=8, steps=2,
+                 warmup=1, segment_steps=1, update_samples=1, device="cpu", progress=False)
+
+
+def test_bench_rows_follow_the_paper_pattern(rows):
+    by = {r["method"]: r for r in rows}
+    assert [r["method"] for r in rows] == ["dense", "rigl", "s2vite", "static", "barter"]
+    assert all(KEYS <= set(r) for r in rows)
+    assert by["dense"]["density"] == 1.0 and by["barter"]["density"] == 0.3
+    # masked methods execute and (unstructured) export the dense model
+    assert by["rigl"]["train_gflops_per_image"] == by["dense"]["train_gflops_per_image"]
+    assert by["rigl"]["params"] == by["dense"]["params"]
+    assert by["s2vite"]["params"] == by["barter"]["params"] == by["static"]["params"] < by["dense"]["params"]
+    assert by["barter"]["train_gflops_per_image"] < 0.5 * by["dense"]["train_gflops_per_image"]
+    assert by["barter"]["peak_mem_mb"] < 0.6 * by["rigl"]["peak_mem_mb"]
+    assert by["barter"]["update_ms"] > 0 and by["barter"]["updates_per_schedule"] > 0
+    assert by["static"]["update_ms"] == 0 and by["dense"]["updates_per_schedule"] == 0
+    assert all(r["step_ms"] > 0 and r["epoch_s"] > 0 for r in rows)
+
+
+def test_ratios_and_report(rows):
+    (ratio,) = ratios(rows)
+    by = {r["method"]: r for r in rows}
+    assert ratio["ideal_speedup"] == pytest.approx(by["rigl"]["train_gflops_per_image"]
+                                                   / by["barter"]["train_gflops_per_image"])
+    assert ratio["speedup"] == pytest.approx(by["rigl"]["step_ms"] / by["barter"]["step_ms"])
+    report = format_report(rows)
+    assert "rho=0.3: BARTER is" in report and "FLOPs-ideal" in report
+
+
+def test_counter_figure_is_between_two_and_three_forwards():
+    model = build_model(get_model_config("cct-mini"), 0.5)
+    forward = forward_flops_per_image(model) / 1e9
+    assert 2 * forward < counted_training_gflops_per_image(model) <= 3 * forward
+    assert all(p.grad is None for p in model.parameters())     # counted on a copy
+
+
+def test_step_memory_counts_what_a_step_holds():
+    def measured(batch, method="static"):
+        setup = build_training_step("cct-mini", method, 0.3, batch, 1000, torch.device("cpu"))
+        return step_memory(setup, setup.model, setup.optimizer, setup.controller), setup
+
+    small, setup = measured(4)
+    large, _ = measured(16)
+    params = sum(p.numel() for p in setup.model.parameters()) * 4 / 1024 ** 2
+    assert small["params_mb"] == pytest.approx(params)
+    assert small["grads_mb"] == pytest.approx(params)
+    assert small["optimizer_mb"] == pytest.approx(2 * params, rel=1e-3)   # exp_avg and exp_avg_sq
+    # activations grow with the batch; parameters do not
+    assert large["saved_activations_mb"] == pytest.approx(4 * small["saved_activations_mb"], rel=0.1)
+    assert large["params_mb"] == small["params_mb"]
+    rigl, _ = measured(4, "rigl")
+    assert rigl["method_state_mb"] > 0 and small["method_state_mb"] == 0   # RigL's masks
+
+
+def test_tensor_bytes_counts_shared_storage_once():
+    base = torch.zeros(100)
+    assert tensor_bytes([base, base[:10], base.view(10, 10)]) == 400
+    assert tensor_bytes([base, torch.zeros(5)]) == 420
+
+
+def test_interleaving_rotates_the_order():
+    calls = []
+    steps = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    times = interleaved_times(steps, rounds=3, warmup=1)
+    assert {name: len(t) for name, t in times.items()} == {"a": 3, "b": 3, "c": 3}
+    assert [calls[i] for i in (0, 3, 6, 9)] == ["a", "b", "c", "a"]
+
+
+def test_iphone_comparison_needs_the_three_methods(rows):
+    with pytest.raises(Exception, match="needs dense, rigl and barter at density 0.3"):
+        iphone_comparison([r for r in rows if r["method"] != "rigl"])
+    table = iphone_comparison(rows).set_index("method")
+    assert table.loc["barter", "speedup over RigL (iPhone)"] == pytest.approx(4927.10 / 1804.57)
+
+
+def test_bench_command_line(capsys, tmp_path):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--model", "cct-mini", "--methods", "static,barter", "--densities", "0.5",
+                 "--batch", "4", "--steps", "1", "--warmup", "0", "--segment-steps", "1",
+                 "--update-samples", "1", "--json", "--out", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [(r["method"], r["density"]) for r in printed] == [("static", 0.5), ("barter", 0.5)]
+    assert json.loads(out.read_text()) == printed
+    assert main(["bench", "--model", "cct-mini", "--methods", "lottery"]) == 2
+    assert "unknown method 'lottery'" in capsys.readouterr().err
