@@ -34,6 +34,7 @@ def test_bench_rows_follow_the_paper_pattern(rows):
     assert by["barter"]["train_gflops_per_image"] < 0.5 * by["dense"]["train_gflops_per_image"]
     assert by["barter"]["peak_mem_mb"] < 0.6 * by["rigl"]["peak_mem_mb"]
     assert by["barter"]["update_ms"] > 0 and by["barter"]["updates_per_schedule"] > 0
+    assert by["barter"]["update_units_moved"] > 0          # the timed update really moved units
     assert by["static"]["update_ms"] == 0 and by["dense"]["updates_per_schedule"] == 0
     assert all(r["step_ms"] > 0 and r["epoch_s"] > 0 for r in rows)
 
