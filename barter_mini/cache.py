@@ -23,8 +23,8 @@ from .train import RunConfig, train
 
 PACKAGE = Path(__file__).resolve().parent
 #: modules that do not change what a training run produces
-NOT_TRAINING_CODE = {"bench.py", "book.py", "cache.py", "cli.py", "experiments.py", "export.py", "profiles.py",
-                     "report.py", "walkthrough.py"}
+NOT_TRAINING_CODE = {"bench.py", "book.py", "cache.py", "cli.py", "experiments.py", "export.py",
+                     "profiles.py", "report.py", "walkthrough.py"}
 
 
 def default_cache_dir() -> Path:
