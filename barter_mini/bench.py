@@ -34,15 +34,16 @@ from torch import nn
 from tqdm import tqdm
 
 from .configs import get_model_config
-from .errors import BarterError, choose
-from .experiments import read_paper_table
+from .errors import BarterError
+from .experiments import check_methods, read_paper_table
 from .export import smallest_dense_form
 from .masked import MASKED_METHODS
 from .measure import (count_parameters, counted_training_gflops_per_image, interleaved_times,
                       step_memory, timed, training_gflops_per_image)
 from .models import build_model
 from .recipes import get_recipe
-from .train import BARTER_VARIANTS, METHODS, RunConfig, make_controller, parameter_groups, resolve_device, trains_full_width
+from .train import (BARTER_VARIANTS, RunConfig, make_controller, parameter_groups, resolve_device,
+                    trains_full_width)
 
 #: what one epoch of each paper dataset holds (training images), for seconds per epoch
 EPOCH_IMAGES = {"cifar100": 50_000, "tiny-imagenet": 100_000, "fashion-mnist": 60_000}
@@ -110,13 +111,10 @@ def build_training_step(model_name: str, method: str, density: float, batch: int
     return TrainingStep(method, run.density, model, optimizer, controller, x, y)
 
 
-def check_bench_arguments(model: str, methods, densities, batch: int, steps: int) -> tuple:
+def check_bench_arguments(model: str, methods, densities, batch: int, steps: int) -> list[tuple[str, float]]:
+    """The (method, density) cases to measure, dense once at rho = 1; one-line errors otherwise."""
     get_model_config(model)
-    methods = tuple(methods)
-    if not methods:
-        raise BarterError(f"--methods must name at least one of {', '.join(METHODS)}")
-    for method in methods:
-        choose("method", method, METHODS)
+    methods = check_methods(methods)
     if not densities:
         raise BarterError("--densities must list at least one density in (0, 1]")
     for name, value in (("batch", batch), ("steps", steps)):
