@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -73,10 +74,15 @@ class TransferSchedule:
     budget: Budget
     settings: BarterSettings = BarterSettings()
 
-    @property
+    @cached_property
     def update_steps(self) -> list[int]:
+        """Computed once: the trainer asks at every step (a paper run has thousands)."""
         last = int(self.settings.t_end * self.total_steps)
         return list(range(self.settings.delta_t, last + 1, self.settings.delta_t))
+
+    def is_update(self, step: int) -> bool:
+        steps = self.update_steps
+        return bool(steps) and step % self.settings.delta_t == 0 and steps[0] <= step <= steps[-1]
 
     def planned_totals(self) -> dict[str, int]:
         """``K_total = round(multiplier * round(fraction * budget))``: Table 16 doubles K exactly."""
@@ -95,8 +101,7 @@ class TransferSchedule:
 
     def transfers_at(self, step: int) -> dict[str, int]:
         """Units of each kind to move at ``step`` (0 where ``step`` is no update step)."""
-        steps = self.update_steps
-        if step not in steps:
+        if not self.is_update(step):
             return {kind: 0 for kind in UNIT_KINDS}
         previous = step - self.settings.delta_t
         now, before = self._cumulative_share(step), self._cumulative_share(previous)

@@ -71,7 +71,6 @@ class TrainingStep:
 
     def __post_init__(self) -> None:
         self.update_steps: list[int] = [] if self.controller is None else list(self.controller.schedule.update_steps)
-        self._updates = set(self.update_steps)
         #: the update steps that change something: BARTER's cosine schedule spreads K units
         #: over all its update steps, so many of them move none and return at once
         self.changing_steps = [step for step in self.update_steps
@@ -80,7 +79,7 @@ class TrainingStep:
 
     def __call__(self) -> None:
         self.step += 1
-        while self.step in self._updates:
+        while self.controller is not None and self.controller.schedule.is_update(self.step):
             self.step += 1
         self.run(self.step)
 
@@ -210,7 +209,7 @@ def bench(model: str = "cct-paper", methods=DEFAULT_METHODS, densities=DEFAULT_D
     # Then time all of them interleaved, and a contiguous segment each.
     if device.type == "cuda":
         setups = {case: build_training_step(model, *case, batch, total_steps, device, seed) for case in cases}
-    times = interleaved_times({case: setup for case, setup in setups.items()}, steps, warmup, device)
+    times = interleaved_times(setups, steps, warmup, device)
     bar.update()
     for case, setup in setups.items():
         row = rows[case]
