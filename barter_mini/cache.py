@@ -56,18 +56,21 @@ def run_dir(run: RunConfig, cache_dir: Path | None = None) -> Path:
     return Path(cache_dir or default_cache_dir()) / name
 
 
+def _metrics_in(target: Path) -> dict | None:
+    return read_json(target / "metrics.json") if (target / "metrics.json").is_file() else None
+
+
 def cached_metrics(run: RunConfig, cache_dir: Path | None = None) -> dict | None:
     """The metrics of ``run`` if the cache holds it, else None; never trains."""
-    target = run_dir(run.validate(), cache_dir)
-    return read_json(target / "metrics.json") if (target / "metrics.json").is_file() else None
+    return _metrics_in(run_dir(run.validate(), cache_dir))
 
 
 def cached_train(run: RunConfig, cache_dir: Path | None = None) -> dict:
     """The metrics of ``run``: read from the cache, or trained once and cached."""
-    cached = cached_metrics(run, cache_dir)
+    target = run_dir(run.validate(), cache_dir)      # hashes the package source: once
+    cached = _metrics_in(target)
     if cached is not None:
         return cached
-    target = run_dir(run, cache_dir)
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:

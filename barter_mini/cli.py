@@ -140,9 +140,11 @@ def cmd_bench(args) -> int:
     from .bench import bench, format_report
     from .io import write_json
 
-    rows = bench(args.model, args.methods, args.densities, args.batch, steps=args.steps, warmup=args.warmup,
+    grid = {name: value for name, value in (("methods", args.methods), ("densities", args.densities))
+            if value is not None}                  # unset: bench's own defaults
+    rows = bench(args.model, batch=args.batch, steps=args.steps, warmup=args.warmup,
                  segment_steps=args.segment_steps, update_samples=args.update_samples, device=args.device,
-                 seed=args.seed, progress=not args.json)
+                 seed=args.seed, progress=not args.json, **grid)
     if args.out:
         write_json(Path(args.out), rows)
     print(json.dumps(rows, indent=2) if args.json else format_report(rows))
@@ -221,10 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "of every method and density, measured side by side")
     p.add_argument("--model", default="cct-paper", help=f"one of {', '.join(MODEL_CONFIGS)}")
     p.add_argument("--methods", type=_comma_list(str, "method names"),
-                   default=["dense", "rigl", "set", "srigl", "s2vite", "static", "barter"],
-                   help=f"comma-separated, from {', '.join(METHODS)}")
-    p.add_argument("--densities", type=_comma_list(float, "densities"), default=[0.1, 0.3, 0.5, 0.7],
-                   help="comma-separated densities in (0, 1]")
+                   help=f"comma-separated, from {', '.join(METHODS)} (default: dense,rigl,set,srigl,s2vite,static,barter)")
+    p.add_argument("--densities", type=_comma_list(float, "densities"),
+                   help="comma-separated densities in (0, 1] (default: 0.1,0.3,0.5,0.7)")
     p.add_argument("--batch", type=_positive_int, default=32)
     p.add_argument("--steps", type=_positive_int, default=5, help="timed steps per method (after warm-up)")
     p.add_argument("--warmup", type=int, default=2, help="untimed rounds first")

@@ -57,13 +57,17 @@ def training_gflops_per_image(model: nn.Module) -> float:
     return 3 * forward_flops_per_image(model) / 1e9
 
 
-def _timed(fn) -> float:
-    if torch.cuda.is_available():
+def synchronize(device: torch.device | str) -> None:
+    if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
+
+
+def timed(fn, device: torch.device | str = "cpu") -> float:
+    """Wall seconds of ``fn()``, with the device's queue drained before and after."""
+    synchronize(device)
     start = time.perf_counter()
     fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+    synchronize(device)
     return time.perf_counter() - start
 
 
@@ -102,7 +106,7 @@ def statistics_overhead(model_name: str = "cct-paper", density: float = 0.5, bat
         for mode in order:
             statistics.attach() if mode == "with_hooks" else statistics.detach()
             statistics.hook_seconds = 0.0
-            elapsed = _timed(step)
+            elapsed = timed(step, device)
             if round_ >= warmup:
                 times[mode].append(elapsed)
                 if mode == "with_hooks":
@@ -129,20 +133,6 @@ def counted_training_gflops_per_image(model: nn.Module) -> float:
     with unfused_attention(replica), FlopCounterMode(display=False) as counter:
         replica(x).sum().backward()
     return counter.get_total_flops() / 1e9
-
-
-def synchronize(device: torch.device | str) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
-def timed(fn, device: torch.device | str = "cpu") -> float:
-    """Wall seconds of ``fn()``, with the device's queue drained before and after."""
-    synchronize(device)
-    start = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - start
 
 
 def interleaved_times(steps: dict, rounds: int, warmup: int, device: torch.device | str = "cpu") -> dict[str, list[float]]:

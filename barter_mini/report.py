@@ -86,6 +86,14 @@ METHOD_ORDER = ("dense", "set", "snfs", "rigl", "srigl", "s2vite", "static",
 METHOD_PALETTE = dict(zip(METHOD_ORDER, sns.color_palette("tab10", 10) + [(0.85, 0.37, 0.0)]))
 
 
+def _rows_per_method(frame: pd.DataFrame, sort_by: str, among=None):
+    """``(method, rows sorted by sort_by)`` in the book's method order, for the methods in
+    ``frame`` (and in ``among``, when given)."""
+    present = set(frame["method"]) & (set(among) if among is not None else set(METHOD_ORDER))
+    for method in (m for m in METHOD_ORDER if m in present):
+        yield method, frame[frame["method"] == method].sort_values(sort_by)
+
+
 def plot_accuracy_against_density(summary: pd.DataFrame, paper: pd.DataFrame | None = None):
     """Table 1 as a figure: test Top-1 (%) against density, one line per method, sample-std
     error bars; dense as a horizontal reference. With ``paper``, a second panel shows the
@@ -94,9 +102,7 @@ def plot_accuracy_against_density(summary: pd.DataFrame, paper: pd.DataFrame | N
     fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 3.8), constrained_layout=True,
                              squeeze=False)
     for ax, (title, table) in zip(axes[0], panels):
-        methods = [m for m in METHOD_ORDER if m in set(table["method"]) and m in set(summary["method"])]
-        for method in methods:
-            rows = table[table["method"] == method].sort_values("density")
+        for method, rows in _rows_per_method(table, "density", among=summary["method"]):
             color = METHOD_PALETTE[method]
             if method == "dense":
                 ax.axhline(rows["acc_mean"].iloc[0], color=color, ls="--", label="dense (rho = 1)")
@@ -166,8 +172,7 @@ def plot_compute_and_size(rows_by_model: dict):
                              constrained_layout=True, squeeze=False)
     for ax, (model, rows) in zip(axes[0], rows_by_model.items()):
         frame = pd.DataFrame(rows)
-        for method in [m for m in METHOD_ORDER if m in set(frame["method"])]:
-            points = frame[frame["method"] == method].sort_values("density")
+        for method, points in _rows_per_method(frame, "density"):
             marker = "*" if method == "dense" else "o"
             ax.plot(points["params"] / 1e6, points["train_gflops_per_image"], marker=marker,
                     ms=14 if method == "dense" else 6, color=METHOD_PALETTE[method], label=method,
@@ -186,8 +191,7 @@ def plot_cost_against_density(rows, title: str = ""):
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), constrained_layout=True)
     for ax, value, label in zip(axes, ("step_ms", "peak_mem_mb"),
                                 ("median step time (ms)", "peak training memory (MB)")):
-        for method in [m for m in METHOD_ORDER if m in set(frame["method"])]:
-            points = frame[frame["method"] == method].sort_values("density")
+        for method, points in _rows_per_method(frame, "density"):
             color = METHOD_PALETTE[method]
             if method == "dense":
                 ax.axhline(points[value].iloc[0], color=color, ls="--", label="dense (rho = 1)")
@@ -206,8 +210,7 @@ def plot_accuracy_against_step_time(points: pd.DataFrame):
     the density; points without a trained run are left out."""
     fig, ax = plt.subplots(figsize=(7, 4.2), constrained_layout=True)
     points = points.dropna(subset=["acc"])
-    for method in [m for m in METHOD_ORDER if m in set(points["method"])]:
-        rows = points[points["method"] == method].sort_values("step_ms")
+    for method, rows in _rows_per_method(points, "step_ms"):
         ax.plot(rows["step_ms"], rows["acc"], "o-", color=METHOD_PALETTE[method], label=method)
         for _, row in rows.iterrows():
             ax.annotate(f"{row['density']:g}", (row["step_ms"], row["acc"]), textcoords="offset points",
