@@ -1,3 +1,49 @@
-"""barter_mini: structured dynamic sparse training (BARTER) for vision transformers."""
+"""barter_mini: structured dynamic sparse training (BARTER) of compact vision transformers.
 
-__version__ = "0.1.0"
+The paper
+    BARTER: structured dynamic sparse training that keeps the training tensors of a vision
+    transformer physically compact and moves attention heads and FFN channels between its
+    layers under fixed global budgets, pruning the least useful units elsewhere and cloning
+    the most useful units of the layer that needs capacity most (its Figure 2). Evaluated on
+    CCT/CIFAR-100 and ViT/Tiny-ImageNet at densities 0.1-0.7 against SET (Mocanu et al.,
+    2018), SNFS (Dettmers & Zettlemoyer, 2019), RigL (Evci et al., 2020), SRigL (Lasby et
+    al., 2023) and S2ViTE (Chen et al., 2021). Table and figure numbers in this package's
+    docstrings are that paper's.
+
+The layers, each importing only those before it:
+
+``core``      models, budgets, unit statistics, surgery, the topology update, counts
+``masked``    the full-tensor masked baselines
+``training``  the method registry, trainer, recipes, data, checkpoints, export, run cache
+``measure``   timing, memory and ``barter-mini bench``
+``book``      notebook profiles, experiment grids, tables, figures and the book build
+
+Start here::
+
+    import barter_mini as bm
+    model = bm.build_model(bm.get_model_config("cct-mini"), density=0.3)
+    metrics = bm.train(bm.RunConfig(method="barter", density=0.3, epochs=1), "runs/barter")
+"""
+
+from .version import __version__
+from .core.barter import BarterController, BarterSettings, TransferSchedule, topology_update
+from .core.budgets import Allocation, Budget, compute_budget, initial_allocation
+from .core.configs import MODEL_CONFIGS, ModelConfig, get_model_config
+from .core.counting import count_parameters, training_gflops_per_image
+from .core.method import MethodController
+from .core.models import build_model
+from .core.unit_statistics import UnitStatistics
+from .errors import BarterError
+from .training.checkpoints import load_checkpoint, model_from_checkpoint
+from .training.data import load_dataset, make_loaders
+from .training.export import export_run
+from .training.methods import METHODS, get_method
+from .training.trainer import RunConfig, train
+
+__all__ = [
+    "__version__", "Allocation", "BarterController", "BarterError", "BarterSettings", "Budget",
+    "METHODS", "MODEL_CONFIGS", "MethodController", "ModelConfig", "RunConfig", "TransferSchedule",
+    "UnitStatistics", "build_model", "compute_budget", "count_parameters", "export_run",
+    "get_method", "get_model_config", "initial_allocation", "load_checkpoint", "load_dataset",
+    "make_loaders", "model_from_checkpoint", "topology_update", "train", "training_gflops_per_image",
+]

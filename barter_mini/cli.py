@@ -8,15 +8,15 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import BarterError
+from .errors import BarterError, check_integer
 
 
 def _describe(args) -> dict:
-    from .barter import BarterSettings, TransferSchedule
-    from .budgets import PAPER_TABLE3, compute_budget, full_allocation, initial_allocation
-    from .configs import get_model_config
-    from .measure import count_parameters, training_gflops_per_image
-    from .models import build_model
+    from .core.barter import BarterSettings, TransferSchedule
+    from .core.budgets import PAPER_TABLE3, compute_budget, full_allocation, initial_allocation
+    from .core.configs import get_model_config
+    from .core.counting import count_parameters, training_gflops_per_image
+    from .core.models import build_model
 
     config = get_model_config(args.model)
     budget = compute_budget(config, args.density)
@@ -62,7 +62,7 @@ def cmd_describe(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from .train import RunConfig, train
+    from .training.trainer import RunConfig, train
 
     run = RunConfig(method=args.method, model=args.model, dataset=args.dataset,
                     density=args.density, seed=args.seed, recipe=args.recipe, epochs=args.epochs,
@@ -85,7 +85,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .export import export_run
+    from .training.export import export_run
 
     summary = export_run(args.run_dir, args.out, args.checkpoint)
     print(f"{summary['method']} rho={summary['density']:g}: {summary['params']:,} parameters, "
@@ -94,7 +94,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_data(args) -> int:
-    from .data import load_dataset
+    from .training.data import load_dataset
 
     splits = load_dataset(args.dataset, args.data_root, download=args.download)
     print(f"{args.dataset}: {len(splits.train)} train / {len(splits.val)} val / {len(splits.test)} test "
@@ -104,7 +104,7 @@ def cmd_data(args) -> int:
 
 
 def cmd_book(args) -> int:
-    from .book import build_book
+    from .book.build import build_book
 
     started = time.perf_counter()
     index = build_book(args.profile, args.build_dir)
@@ -113,7 +113,7 @@ def cmd_book(args) -> int:
 
 
 def cmd_overhead(args) -> int:
-    from .measure import statistics_overhead
+    from .measure.timing import statistics_overhead
 
     result = statistics_overhead(args.model, args.density, args.batch, args.steps, args.warmup)
     if args.json:
@@ -137,8 +137,8 @@ def _comma_list(convert, what: str):
 
 
 def cmd_bench(args) -> int:
-    from .bench import bench, format_report
-    from .io import write_json
+    from .measure.bench import bench, format_report
+    from .training.checkpoints import write_json
 
     grid = {name: value for name, value in (("methods", args.methods), ("densities", args.densities))
             if value is not None}                  # unset: bench's own defaults
@@ -153,12 +153,9 @@ def cmd_bench(args) -> int:
 
 def _positive_int(text: str) -> int:
     try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+        return check_integer("the value", int(text))
+    except (ValueError, BarterError):
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
 
 
 def _density(text: str) -> float:
@@ -169,9 +166,9 @@ def _density(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .configs import MODEL_CONFIGS
-    from .recipes import RECIPE_NAMES
-    from .train import METHODS
+    from .core.configs import MODEL_CONFIGS
+    from .training.recipes import RECIPE_NAMES
+    from .training.methods import METHODS
 
     parser = argparse.ArgumentParser(prog="barter-mini", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)

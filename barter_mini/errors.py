@@ -1,8 +1,13 @@
-"""One exception type for every user-facing mistake.
+"""One exception type for every user-facing mistake, and the checks that raise it.
 
 The command line prints such an error as a single ``error: ...`` line and exits with
 status 2; from Python it is an ordinary ``ValueError`` so notebooks show it plainly.
 """
+
+from __future__ import annotations
+
+import math
+import numbers
 
 
 class BarterError(ValueError):
@@ -13,3 +18,23 @@ def choose(kind: str, name: str, allowed) -> None:
     """Raise a :class:`BarterError` unless ``name`` is one of ``allowed``."""
     if name not in allowed:
         raise BarterError(f"unknown {kind} {name!r}: choose one of {', '.join(sorted(allowed))}")
+
+
+def check_integer(name: str, value, minimum: int = 1) -> int:
+    """``value`` as an int if it is an integer (not a bool) of at least ``minimum``, else a
+    :class:`BarterError` ("a positive integer" for the default minimum of 1)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        allowed = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise BarterError(f"{name} must be {allowed}, got {value!r}")
+    return int(value)
+
+
+def check_in_range(name: str, value, low: float, high: float, *, low_open: bool = False,
+                   high_open: bool = False) -> float:
+    """``value`` as a float if it lies in the interval from ``low`` to ``high`` (each end
+    closed unless ``*_open``), else a :class:`BarterError` naming the interval."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or \
+            value < low or value > high or (low_open and value == low) or (high_open and value == high):
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise BarterError(f"{name} must be in {interval}, got {value!r}")
+    return float(value)

@@ -7,13 +7,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from barter_mini.barter import (BarterSettings, TransferSchedule, select_donors, select_parents,
+from barter_mini.core.barter import (BarterSettings, TransferSchedule, select_donors, select_parents,
                                 select_receiver, topology_update)
-from barter_mini.budgets import PAPER_TABLE3, Budget
-from barter_mini.statistics import LayerStatistics, UnitStatistics
+from barter_mini.core.budgets import PAPER_TABLE3, Budget
+from barter_mini.core.unit_statistics import LayerStatistics, UnitStatistics
 
-from conftest import TINY_CCT, batch, tiny_model, train_step
-from test_surgery import assert_in_sync
+from helpers import TINY_CCT, assert_in_sync, batch, tiny_model, train_step
 
 
 def layer(importance, pressure=None, age=None, beta=0.5):

@@ -6,12 +6,14 @@ import pytest
 import torch
 from torch import nn
 
-from barter_mini.bench import build_training_step, bench, format_report, iphone_comparison, ratios
+from barter_mini.book.efficiency import iphone_comparison
 from barter_mini.cli import main
-from barter_mini.configs import get_model_config
-from barter_mini.measure import (counted_training_gflops_per_image, forward_flops_per_image,
-                                 interleaved_times, step_memory, tensor_bytes)
-from barter_mini.models import build_model
+from barter_mini.core.configs import get_model_config
+from barter_mini.core.counting import counted_training_gflops_per_image, forward_flops_per_image
+from barter_mini.core.models import build_model
+from barter_mini.measure.bench import build_training_step, bench, format_report, ratios
+from barter_mini.measure.memory import step_memory, tensor_bytes
+from barter_mini.measure.timing import interleaved_times
 
 KEYS = {"method", "density", "step_ms", "epoch_s", "peak_mem_mb", "train_gflops_per_image", "params"}
 

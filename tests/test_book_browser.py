@@ -116,7 +116,7 @@ def book_html(tmp_path_factory) -> Path:
         path = Path(prebuilt).resolve()
         assert (path / "index.html").is_file(), f"BARTER_MINI_BOOK_HTML={prebuilt} has no index.html"
         return path
-    from barter_mini.book import build_book
+    from barter_mini.book.build import build_book
 
     return Path(build_book("smoke", tmp_path_factory.mktemp("book"))).parent
 

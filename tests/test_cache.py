@@ -2,8 +2,8 @@
 
 import pytest
 
-import barter_mini.cache as cache
-from barter_mini.train import RunConfig
+import barter_mini.training.cache as cache
+from barter_mini.training.trainer import RunConfig
 
 
 def smoke_run(**changes):

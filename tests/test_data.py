@@ -1,4 +1,4 @@
-"""Tests for barter_mini.data: real loaders over real files or files in the real on-disk format."""
+"""Tests for barter_mini.training.data: real loaders over real files or files in the real on-disk format."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 import torch
 from PIL import Image
 
-from barter_mini import data as D
-from barter_mini.data import DATASETS, load_dataset, make_loaders
+from barter_mini.training import data as D
+from barter_mini.training.data import DATASETS, load_dataset, make_loaders
 from barter_mini.errors import BarterError
 
 DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
@@ -402,7 +402,7 @@ def test_unknown_dataset_lists_choices():
 
 
 def test_default_data_root(monkeypatch, tmp_path):
-    assert D.default_data_root() == Path(D.__file__).resolve().parents[1] / "data"
+    assert D.default_data_root() == Path(D.__file__).resolve().parents[2] / "data"
     monkeypatch.setenv("BARTER_MINI_DATA", str(tmp_path))
     assert D.default_data_root() == tmp_path
 

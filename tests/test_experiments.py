@@ -6,11 +6,11 @@ import pandas as pd
 import pytest
 
 from barter_mini.errors import BarterError
-from barter_mini.experiments import (ABLATION_METHODS, FROM_SCRATCH_METHODS, ablation_differences,
+from barter_mini.book.experiments import (ABLATION_METHODS, FROM_SCRATCH_METHODS, ablation_differences,
                                      beside_paper, check_methods, gaps_to, paper_ablation_differences,
                                      paper_from_scratch, rankings_beside_paper, read_paper_table,
                                      summarize, units_moved)
-from barter_mini.train import METHODS
+from barter_mini.training.methods import METHODS
 
 
 def hand_made_runs():

@@ -5,12 +5,14 @@ import math
 import pytest
 import torch
 
-from barter_mini.configs import ModelConfig, get_model_config
-from barter_mini.data import load_dataset, make_loaders
+from barter_mini.core.configs import ModelConfig, get_model_config
+from barter_mini.training.data import load_dataset, make_loaders
 from barter_mini.errors import BarterError
-from barter_mini.masked import MASKED_METHODS, MaskedSettings, MaskSchedule, masked_tensors
-from barter_mini.masked.base import apportion
-from barter_mini.models import build_model
+from barter_mini.masked import MaskedSettings, MaskSchedule, masked_tensors
+from barter_mini.masked.selection import apportion
+
+from helpers import MASKED
+from barter_mini.core.models import build_model
 
 #: 2 layers, embed 8, 4 heads of 16 (qkv 192 x 8, proj 8 x 64), FFN 12, 8x8 grey images
 TINY = ModelConfig(name="tiny-masked", family="cct", img_size=8, in_chans=1, num_classes=5, depth=2,
@@ -25,7 +27,7 @@ def tiny(method, density=0.5, total_steps=400, optimizer="adamw", seed=0, **sett
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.05)
     else:
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
-    dst = MASKED_METHODS[method](model, opt, density, total_steps, MaskedSettings(**settings), seed=seed)
+    dst = MASKED[method](model, opt, density, total_steps, MaskedSettings(**settings), seed=seed)
     return model, opt, dst
 
 
@@ -63,7 +65,7 @@ def test_schedule_cosine_decay_and_end():
     assert [s.is_update(t) for t in (99, 100, 150, 200, 300, 400)] == [False, True, False, True, True, False]
 
 
-@pytest.mark.parametrize("method", sorted(MASKED_METHODS))
+@pytest.mark.parametrize("method", sorted(MASKED))
 def test_no_update_off_schedule_or_after_t_end(method):
     model, opt, dst = tiny(method, total_steps=40, delta_t=10)
     before = dst.masks()
@@ -85,12 +87,12 @@ def test_s2vite_schedule_is_its_own():
     assert dst.schedule.update_steps[-1] == 800
 
 
-@pytest.mark.parametrize("method", sorted(MASKED_METHODS))
+@pytest.mark.parametrize("method", sorted(MASKED))
 @pytest.mark.parametrize("density", [0.0, -0.1, 1.5, float("nan")])
 def test_bad_density_is_one_line_error(method, density):
     model = build_model(TINY, 1.0)
     with pytest.raises(BarterError) as err:
-        MASKED_METHODS[method](model, None, density, 100)
+        MASKED[method](model, None, density, 100)
     assert "\n" not in str(err.value) and "density" in str(err.value)
 
 
@@ -100,7 +102,7 @@ def test_bad_steps_and_settings_are_errors():
                    {"settings": MaskedSettings(t_end=0.0)}, {"settings": MaskedSettings(alpha=1.5)}):
         args = {"total_steps": 100, **kwargs}
         with pytest.raises(BarterError):
-            MASKED_METHODS["rigl"](model, None, 0.5, **args)
+            MASKED["rigl"](model, None, 0.5, **args)
 
 
 def test_initial_masks_uniform_and_seeded():
@@ -409,7 +411,7 @@ def test_s2vite_masked_heads_and_neurons_output_zero():
 # ----------------------------------------------------------------------------- exact zeros
 
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
-@pytest.mark.parametrize("method", sorted(MASKED_METHODS))
+@pytest.mark.parametrize("method", sorted(MASKED))
 def test_masked_weights_and_state_stay_exactly_zero(method, optimizer):
     model, opt, dst = tiny(method, total_steps=12, optimizer=optimizer, delta_t=3)
     params = dict(model.named_parameters())
@@ -445,14 +447,14 @@ def digits():
     return make_loaders(splits, 64, seed=0)
 
 
-@pytest.mark.parametrize("method", sorted(MASKED_METHODS))
+@pytest.mark.parametrize("method", sorted(MASKED))
 def test_short_training_on_digits(method, digits):
     train_loader, _, test_loader = digits
     rho, epochs = 0.3, 4
     torch.manual_seed(0)
     model = build_model(get_model_config("cct-mini").for_data(8, 1, 10), 1.0)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.05)
-    dst = MASKED_METHODS[method](model, opt, rho, epochs * len(train_loader), MaskedSettings(delta_t=10))
+    dst = MASKED[method](model, opt, rho, epochs * len(train_loader), MaskedSettings(delta_t=10))
     step = 0
     for _ in range(epochs):
         model.train()

@@ -3,12 +3,12 @@
 import pytest
 import torch
 
-from barter_mini.budgets import compute_budget
-from barter_mini.configs import get_model_config
-from barter_mini.export import export_run
-from barter_mini.io import load_checkpoint
-from barter_mini.masked import MASKED_METHODS
-from barter_mini.train import METHODS, RunConfig, model_from_checkpoint, train
+from barter_mini.core.budgets import compute_budget
+from barter_mini.core.configs import get_model_config
+from barter_mini.training.export import export_run
+from barter_mini.training.checkpoints import load_checkpoint, model_from_checkpoint
+from barter_mini.training.methods import METHODS
+from barter_mini.training.trainer import RunConfig, train
 
 DENSITY = 0.3
 
@@ -38,7 +38,7 @@ def test_every_method_learns_and_keeps_its_density(runs, method):
     budget = compute_budget(config, DENSITY)
     if method == "dense":
         assert metrics["allocation"]["heads"] == [config.heads_per_layer] * config.depth
-    elif method in MASKED_METHODS:
+    elif METHODS[method].full_width:
         assert metrics["mask"]["updates"] > 0
         assert abs(metrics["mask"]["density"] - DENSITY) < 0.01
     else:

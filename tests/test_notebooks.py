@@ -8,7 +8,7 @@ import nbformat
 import papermill
 import pytest
 
-from barter_mini.book import build_book, source_notebooks
+from barter_mini.book.build import build_book, source_notebooks
 from barter_mini.errors import BarterError
 
 REPO = Path(__file__).resolve().parents[1]

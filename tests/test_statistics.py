@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from barter_mini.statistics import UnitStatistics
+from barter_mini.core.unit_statistics import UnitStatistics
 
-from conftest import batch, tiny_model
+from helpers import batch, tiny_model
 
 
 def activations_and_grads(model, x, y):

@@ -7,25 +7,12 @@ import torch
 from sklearn.datasets import load_digits
 from timm.scheduler import CosineLRScheduler
 
-from barter_mini.barter import BarterSettings, clone, prune, select_parents, topology_update
-from barter_mini.models import build_model
-from barter_mini.statistics import UnitStatistics
-from barter_mini.surgery import unit_parameters
+from barter_mini.core.barter import BarterSettings, clone, prune, select_parents, topology_update
+from barter_mini.core.models import build_model
+from barter_mini.core.unit_statistics import UnitStatistics
+from barter_mini.core.surgery import unit_parameters
 
-from conftest import batch, tiny_model, train_step
-
-
-def assert_in_sync(model, optimizer):
-    """Every model parameter is in exactly one param group, and its state has its shape."""
-    params = list(model.parameters())
-    grouped = [p for g in optimizer.param_groups for p in g["params"]]
-    assert len(grouped) == len(params)
-    assert {id(p) for p in grouped} == {id(p) for p in params}
-    assert {id(p) for p in optimizer.state} <= {id(p) for p in params}
-    for p, state in optimizer.state.items():
-        for key, value in state.items():
-            if torch.is_tensor(value) and value.dim() > 0:
-                assert value.shape == p.shape, key
+from helpers import assert_in_sync, batch, tiny_model, train_step
 
 
 def warmed_up(config, optimizer_cls=torch.optim.AdamW, steps=3, **kwargs):

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from barter_mini.io import load_checkpoint
-from barter_mini.train import RunConfig, evaluate, model_from_checkpoint, train
-from barter_mini.data import load_dataset, make_loaders
+from barter_mini.training.checkpoints import load_checkpoint
+from barter_mini.training.checkpoints import model_from_checkpoint
+from barter_mini.training.trainer import RunConfig, evaluate, train
+from barter_mini.training.data import load_dataset, make_loaders
 
 REPO = Path(__file__).resolve().parents[1]
 METRIC_KEYS = ("val_acc", "val_macro_f1", "test_acc", "test_macro_f1")

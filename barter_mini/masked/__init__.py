@@ -1,9 +1,10 @@
 """Full-tensor masked DST baselines in one harness (SET, SNFS, RigL, SRigL, S2ViTE).
 
 Each method is one short module stating its rule; :mod:`.base` holds what they share
-(masks, schedule, keeping masked weights exactly zero under AdamW and SGD momentum).
-All take ``(model, optimizer, density, total_steps, settings=MaskedSettings(), seed=0)``
-and are driven by ``before_step()`` / ``after_step(step)``.
+(masks, schedule, keeping masked weights exactly zero under AdamW and SGD momentum) and
+:mod:`.selection` the top-k and apportioning rules. All take
+``(model, optimizer, density, total_steps, settings=MaskedSettings(), seed=0)`` and
+implement :class:`~barter_mini.core.method.MethodController`.
 """
 
 from .base import MaskedDST, MaskedSettings, MaskSchedule, masked_tensors
@@ -13,8 +14,5 @@ from .set import SET
 from .snfs import SNFS
 from .srigl import SRigL
 
-MASKED_METHODS: dict[str, type[MaskedDST]] = {"set": SET, "snfs": SNFS, "rigl": RigL, "srigl": SRigL,
-                                              "s2vite": S2ViTE}
-
-__all__ = ["MASKED_METHODS", "MaskedDST", "MaskedSettings", "MaskSchedule", "masked_tensors",
+__all__ = ["MaskedDST", "MaskedSettings", "MaskSchedule", "masked_tensors",
            "SET", "SNFS", "RigL", "SRigL", "S2ViTE"]

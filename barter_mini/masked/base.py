@@ -49,15 +49,16 @@ allocation.
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
 import torch
 from torch import nn
 
-from ..budgets import check_density
-from ..errors import BarterError
+from ..core.budgets import check_density
+from ..core.method import MethodController
+from ..errors import BarterError, check_in_range, check_integer
+from .selection import drop_smallest, grow_largest
 
 #: the masked weight of each layer, by kind: (module path inside the block, attribute)
 MASKED_KINDS = ("qkv", "proj", "fc1", "fc2")
@@ -75,16 +76,11 @@ class MaskedSettings:
     s2vite_t_end: float = 0.8       # S2ViTE: fraction of training with updates
 
     def validate(self) -> "MaskedSettings":
-        if isinstance(self.delta_t, bool) or not isinstance(self.delta_t, numbers.Integral) or self.delta_t < 1:
-            raise BarterError(f"delta_t must be a positive integer, got {self.delta_t!r}")
+        check_integer("delta_t", self.delta_t)
         for name in ("t_end", "s2vite_t_end"):
-            value = getattr(self, name)
-            if not 0.0 < value <= 1.0:
-                raise BarterError(f"{name} must be in (0, 1], got {value:g}")
+            check_in_range(name, getattr(self, name), 0.0, 1.0, low_open=True)
         for name in ("alpha", "srigl_gamma_sal", "s2vite_death_rate"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise BarterError(f"{name} must be in [0, 1], got {value:g}")
+            check_in_range(name, getattr(self, name), 0.0, 1.0)
         return self
 
 
@@ -144,86 +140,9 @@ def masked_tensors(model: nn.Module) -> list[MaskedTensor]:
     return tensors
 
 
-# ----------------------------------------------------------------------------- selection
-
-def select_top(score: torch.Tensor, tier: torch.Tensor, count) -> torch.Tensor:
-    """Per row of the 2-D ``score``: the ``count`` entries of highest ``(tier, score)``.
-
-    ``tier`` orders candidates before ``score`` does (higher first); entries with a negative
-    tier are never chosen. Ties go to the lower index. ``count`` is an int or one per row.
-    """
-    rows, cols = score.shape
-    order = torch.sort(score, dim=1, descending=True, stable=True).indices
-    order = order.gather(1, torch.sort(tier.gather(1, order), dim=1, descending=True, stable=True).indices)
-    ranks = torch.empty_like(order)
-    ranks.scatter_(1, order, torch.arange(cols, device=score.device).expand(rows, cols))
-    count = torch.as_tensor(count, device=score.device).reshape(-1, 1)
-    return (ranks < count) & (tier >= 0)
-
-
-def drop_smallest(magnitude: torch.Tensor, mask: torch.Tensor, n: int) -> torch.Tensor:
-    """The ``n`` active entries of ``mask`` with the smallest ``magnitude`` (any shape)."""
-    tier = torch.where(mask, 0, -1).reshape(1, -1)
-    return select_top(-magnitude.reshape(1, -1), tier, n).reshape(mask.shape)
-
-
-def growth_tiers(before: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
-    """Candidate order for growth: 1 inactive before the update, 0 just dropped, -1 kept."""
-    return torch.where(kept, -1, torch.where(before, 0, 1))
-
-
-def grow_largest(score: torch.Tensor, before: torch.Tensor, kept: torch.Tensor, n: int) -> torch.Tensor:
-    """``n`` new weights of largest ``score``, previously inactive ones first (any shape)."""
-    tier = growth_tiers(before, kept).reshape(1, -1)
-    return select_top(score.reshape(1, -1), tier, n).reshape(before.shape)
-
-
-def apportion(total: int, weights: list[float], caps: list[int]) -> list[int]:
-    """Split ``total`` into integers proportional to ``weights``, each at most its cap.
-
-    Water-filling: a share above its cap is clipped and the rest is shared again among the
-    others; then floors plus largest remainders, so the parts add up to
-    ``min(total, sum(caps))`` exactly. All-zero weights share equally.
-    """
-    n = len(weights)
-    total = min(int(total), int(sum(caps)))
-    if total <= 0:
-        return [0] * n
-    weights = [max(0.0, float(w)) if math.isfinite(w) else 0.0 for w in weights]
-    if sum(weights) <= 0:
-        weights = [1.0] * n
-    share = [0.0] * n
-    free = [i for i in range(n) if caps[i] > 0]
-    remaining = float(total)
-    while free:
-        mass = sum(weights[i] for i in free)
-        if mass <= 0:
-            raw = {i: remaining / len(free) for i in free}
-        else:
-            raw = {i: remaining * weights[i] / mass for i in free}
-        over = [i for i in free if raw[i] > caps[i]]
-        if not over:
-            for i in free:
-                share[i] = raw[i]
-            break
-        for i in over:
-            share[i] = float(caps[i])
-            remaining -= caps[i]
-            free.remove(i)
-    parts = [min(caps[i], math.floor(share[i] + 1e-9)) for i in range(n)]
-    leftover = total - sum(parts)
-    order = sorted(range(n), key=lambda i: (-(share[i] - parts[i]), i))
-    while leftover > 0:
-        for i in order:
-            if leftover > 0 and parts[i] < caps[i]:
-                parts[i] += 1
-                leftover -= 1
-    return parts
-
-
 # ----------------------------------------------------------------------------- base class
 
-class MaskedDST:
+class MaskedDST(MethodController):
     """Base of the masked methods: masks, schedule, gradient/state hygiene, records.
 
     A subclass states its rule in ``_next_masks`` (new masks from the old ones, the
@@ -239,8 +158,7 @@ class MaskedDST:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, density: float,
                  total_steps: int, settings: MaskedSettings = MaskedSettings(), seed: int = 0):
         self.target_density = check_density(density)
-        if isinstance(total_steps, bool) or not isinstance(total_steps, numbers.Integral) or total_steps < 1:
-            raise BarterError(f"total_steps must be a positive integer, got {total_steps!r}")
+        check_integer("total_steps", total_steps)
         if not isinstance(settings, MaskedSettings):
             raise BarterError(f"settings must be MaskedSettings, got {type(settings).__name__}")
         self.settings = settings.validate()
@@ -372,6 +290,35 @@ class MaskedDST:
     def enforced_masks(self) -> dict[str, torch.Tensor]:
         """Parameter name -> the mask actually multiplied into that parameter and its gradient."""
         return {name: m.clone() for name, (_, m) in zip(self._enforced_names(), self._enforced())}
+
+    # ---------------------------------------------------------------- the method protocol
+
+    def update_steps(self) -> list[int]:
+        return list(self.schedule.update_steps)
+
+    def metrics(self) -> dict:
+        return {**super().metrics(), "mask": {**self.summary(), "history": self.history}}
+
+    def state_dict(self) -> dict:
+        return {"masks": {name: m.cpu() for name, m in self._masks.items()}, "step": self.step,
+                "history": list(self.history), "generator": self.generator.get_state(),
+                **self._extra_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if set(state["masks"]) != set(self._masks):
+            raise BarterError(f"the checkpoint's {self.name} masks are for other tensors: "
+                              f"{sorted(set(state['masks']) ^ set(self._masks))}")
+        self._masks = {name: state["masks"][name].to(m.device) for name, m in self._masks.items()}
+        self.step, self.history = int(state["step"]), list(state["history"])
+        self.generator.set_state(state["generator"])
+        self._load_extra_state(state)
+
+    def _extra_state(self) -> dict:
+        """What a subclass keeps beyond the masks (running estimates, per-tensor budgets)."""
+        return {}
+
+    def _load_extra_state(self, state: dict) -> None:
+        pass
 
     def summary(self) -> dict:
         total = sum(m.numel() for m in self._masks.values())

@@ -2,8 +2,8 @@
 
 Units. A layer's attention heads and FFN neurons are switched on and off as a whole, under
 fixed per-layer budgets: every layer keeps the heads and neurons of BARTER's initial
-allocation at density rho (:func:`~barter_mini.budgets.compute_budget` spread evenly by
-:func:`~barter_mini.budgets.initial_allocation`) at all times, initially a seeded random
+allocation at density rho (:func:`~barter_mini.core.budgets.compute_budget` spread evenly by
+:func:`~barter_mini.core.budgets.initial_allocation`) at all times, initially a seeded random
 choice. The global counts are therefore BARTER's budgets, and an exported S2ViTE model has
 BARTER's parameter count at every density, as in the paper (Tables 7, 9, 15; Figure 4).
 
@@ -53,12 +53,16 @@ reference steps a ``CosineAnnealingLR`` with ``eta_min`` 0.005 for it).
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
-from ..budgets import Allocation, compute_budget, initial_allocation
+from ..core.budgets import Allocation, compute_budget, initial_allocation
+from ..core.surgery import regather_units
 from ..errors import BarterError
-from .base import MaskSchedule, MaskedDST, drop_smallest, grow_largest
+from .base import MaskSchedule, MaskedDST
+from .selection import drop_smallest, grow_largest
 
 
 class S2ViTE(MaskedDST):
@@ -203,3 +207,29 @@ class S2ViTE(MaskedDST):
     def summary(self) -> dict:
         return {**super().summary(), "head_budget": list(self.head_budget),
                 "ffn_budget": list(self.ffn_budget), **self.allocation().as_dict()}
+
+    # ---------------------------------------------------------------- state and export
+
+    def _extra_state(self) -> dict:
+        return {"head_masks": [m.cpu() for m in self.head_masks], "ffn_masks": [m.cpu() for m in self.ffn_masks]}
+
+    def _load_extra_state(self, state: dict) -> None:
+        self.head_masks = [m.to(old.device) for m, old in zip(state["head_masks"], self.head_masks)]
+        self.ffn_masks = [m.to(old.device) for m, old in zip(state["ffn_masks"], self.ffn_masks)]
+        self._masks = self._functional_masks()
+
+    @classmethod
+    def smallest_dense_form(cls, model: nn.Module, state: dict) -> nn.Module:
+        """A copy of ``model`` with the masked heads and FFN channels removed physically: a
+        compact model of the same family with BARTER's parameter count at equal density.
+
+        Removal is the same regather that BARTER's prune uses, with no optimizer to remap.
+        """
+        model = copy.deepcopy(model)
+        for layer, block in enumerate(model.blocks):
+            for kind, masks in (("heads", state["head_masks"]), ("ffn", state["ffn_masks"])):
+                alive = torch.nonzero(masks[layer]).flatten().cpu()
+                if alive.numel() == 0:
+                    raise BarterError(f"layer {layer} has no active {kind}: cannot export an empty layer")
+                regather_units(block, kind, alive, torch.ones(alive.numel()))
+        return model

@@ -4,7 +4,7 @@ Rule at every update:
 
 1. drop, per masked tensor, the ``round(fraction * active)`` active weights of smallest ``|w|``;
 2. redistribute the total number dropped across tensors in proportion to each tensor's mean
-   momentum magnitude over its active weights (:func:`~barter_mini.masked.base.apportion`:
+   momentum magnitude over its active weights (:func:`~barter_mini.masked.selection.apportion`:
    a tensor is capped at full, the excess is shared among the others, integer parts add up
    to the total exactly), so per-tensor densities move while the overall density is exact;
 3. grow, per tensor, its share of weights with the largest ``|momentum|`` among the inactive.
@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import torch
 
-from .base import MaskedTensor, UnstructuredDST, apportion
+from .base import MaskedTensor, UnstructuredDST
+from .selection import apportion
 
 
 class SNFS(UnstructuredDST):
@@ -91,6 +92,14 @@ class SNFS(UnstructuredDST):
         parts = apportion(sum(dropped.values()), weights, caps)
         self._last_weights = dict(zip((t.name for t in self.tensors), weights))
         return dict(zip((t.name for t in self.tensors), parts))
+
+    def _extra_state(self) -> dict:
+        return {"moments": {name: {k: v.cpu() for k, v in state.items()} for name, state in self._moments.items()}}
+
+    def _load_extra_state(self, state: dict) -> None:
+        device = {t.name: t.param.device for t in self.tensors}
+        self._moments = {name: {k: v.to(device[name]) for k, v in moments.items()}
+                         for name, moments in state["moments"].items()}
 
     def _record_extra(self, old: dict[str, torch.Tensor]) -> dict:
         return {"mean_momentum": dict(self._last_weights),

@@ -44,7 +44,8 @@ import math
 
 import torch
 
-from .base import MaskedDST, growth_tiers, select_top
+from .base import MaskedDST
+from .selection import growth_tiers, select_top
 
 
 class SRigL(MaskedDST):
@@ -101,6 +102,13 @@ class SRigL(MaskedDST):
             self.fan_in[t.name] = k
             self.ablated[t.name] = ablate
         return new
+
+    def _extra_state(self) -> dict:
+        return {"fan_in": dict(self.fan_in), "ablated": {n: a.cpu() for n, a in self.ablated.items()}}
+
+    def _load_extra_state(self, state: dict) -> None:
+        self.fan_in = dict(state["fan_in"])
+        self.ablated = {n: state["ablated"][n].to(a.device) for n, a in self.ablated.items()}
 
     def _record_extra(self, old: dict[str, torch.Tensor]) -> dict:
         return {"fan_in": dict(self.fan_in),

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from .barter import BarterSettings, TransferSchedule
-from .budgets import PAPER_TABLE3, compute_budget, initial_allocation
-from .configs import get_model_config
+from ..core.barter import BarterSettings, TransferSchedule
+from ..core.budgets import PAPER_TABLE3, compute_budget, initial_allocation
+from ..core.configs import get_model_config
 from .experiments import final_allocations
 
 

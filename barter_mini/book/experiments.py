@@ -1,7 +1,7 @@
 """Grids of cached training runs and their tables, for the from-scratch and ablation notebooks.
 
 A grid is methods x densities x seeds trained with one notebook profile; every run goes
-through :func:`~barter_mini.cache.cached_train`, so notebooks share runs and a rebuilt book
+through :func:`~barter_mini.training.cache.cached_train`, so notebooks share runs and a rebuilt book
 retrains nothing. Dense has no density: it is trained once per seed at rho = 1.
 
 Tables follow the paper's convention: Top-1 and macro-F1 in percent, mean and *sample*
@@ -16,15 +16,16 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from .budgets import compute_budget, initial_allocation
-from .cache import cached_metrics, cached_train
-from .configs import get_model_config
-from .errors import BarterError, choose
+from ..core.budgets import compute_budget, initial_allocation
+from ..training.cache import cached_metrics, cached_train
+from ..core.configs import get_model_config
+from ..errors import BarterError, choose
 from .profiles import Profile
-from .train import METHODS, RunConfig, trains_full_width
+from ..training.methods import check_methods, get_method
+from ..training.trainer import RunConfig
 
 #: the paper's reference tables, transcribed as CSV (comment line first)
-PAPER_DIR = Path(__file__).resolve().parent.parent / "data" / "paper"
+PAPER_DIR = Path(__file__).resolve().parents[2] / "data" / "paper"
 #: the methods of Table 1, in the paper's order, then the compact ones
 FROM_SCRATCH_METHODS = ("dense", "set", "snfs", "rigl", "srigl", "s2vite", "static", "barter")
 #: Figure 6 / Table 12: BARTER's ablations, each compared with BARTER itself
@@ -38,13 +39,10 @@ def profile_run(setup: Profile, method: str, density: float, seed: int) -> RunCo
                      train_subset=setup.grid_train_subset, progress=False)
 
 
-def check_methods(methods) -> tuple[str, ...]:
-    methods = tuple(methods)
-    if not methods:
-        raise BarterError(f"methods must name at least one of {', '.join(METHODS)}")
-    for method in methods:
-        choose("method", method, METHODS)
-    return methods
+def _densities_of(method: str, densities) -> list[float]:
+    """The densities a grid trains ``method`` at: its fixed one (dense: 1) or every one asked."""
+    fixed = get_method(method).fixed_density
+    return [fixed] if fixed is not None else list(densities)
 
 
 def run_grid(setup: Profile, methods, densities, seeds, progress: bool = True) -> pd.DataFrame:
@@ -54,8 +52,7 @@ def run_grid(setup: Profile, methods, densities, seeds, progress: bool = True) -
     parameters of the trained model, the final per-layer heads and FFN channels.
     """
     methods = check_methods(methods)
-    grid = [(m, 1.0 if m == "dense" else d, s)
-            for m in methods for d in (densities if m != "dense" else [1.0]) for s in seeds]
+    grid = [(m, d, s) for m in methods for d in _densities_of(m, densities) for s in seeds]
     rows = []
     for method, density, seed in tqdm(grid, desc="runs", disable=not progress):
         metrics = cached_train(profile_run(setup, method, density, seed))
@@ -186,7 +183,7 @@ def units_moved(runs: pd.DataFrame, model: str) -> pd.DataFrame:
     config = get_model_config(model)
     rows = []
     for _, run in runs.iterrows():
-        if trains_full_width(run["method"]):
+        if get_method(run["method"]).full_width:
             continue
         start = initial_allocation(config, compute_budget(config, run["density"]))
         rows.append({"method": run["method"], "seed": run["seed"],

@@ -12,7 +12,7 @@ Every change of a layer's units is one *regather*: new unit ``j`` is old unit
 multiplies the two copies' output parameters by ``alpha`` and ``1 - alpha``, so the sum of
 their contributions, and hence the network function, is unchanged (paper Figure 2).
 
-Optimizer state under a split (reference notes, section 2). The two copies have identical
+Optimizer state under a split. The two copies have identical
 activations, so their output columns receive exactly the gradient the original column
 received, and their input parameters receive the original input gradient times their
 output factor ``s`` (``alpha`` or ``1 - alpha``): ``dL/dz_copy = s * dL/dz``. State that is
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .errors import BarterError
+from ..errors import BarterError
 
 UNIT_KINDS = ("heads", "ffn")
 
@@ -146,7 +146,15 @@ def regather_units(block: nn.Module, kind: str, sources: torch.Tensor, out_scale
     is remapped (:func:`remap_optimizer_state`, input gradients scale with ``out_scale``).
     """
     num_old = unit_count(block, kind)
-    sources = sources.to(torch.long)
+    sources = torch.as_tensor(sources).to(torch.long).flatten()
+    bad = sources[(sources < 0) | (sources >= num_old)].tolist()
+    if bad:
+        raise BarterError(f"cannot regather {kind} from units {bad}: the layer has {num_old}, indices 0..{num_old - 1}")
+    if sources.numel() == 0:
+        raise BarterError(f"cannot regather {kind} to no units: every layer keeps at least one")
+    if torch.as_tensor(out_scale).numel() != sources.numel():
+        raise BarterError(f"out_scale has {torch.as_tensor(out_scale).numel()} entries for {sources.numel()} new "
+                          f"{kind}: one per new unit")
     for spec in unit_parameters(block, kind):
         old = spec.tensor
         index = spec.element_index(sources.to(old.device), num_old)

@@ -7,7 +7,7 @@ For each unit kind (attention heads, FFN channels) separately, at every schedule
 3. :func:`select_parents` - the K units with the highest growth scores inside it;
 4. :func:`prune` the donors and :func:`clone` the parents (input parameters copied, output
    parameters split), which resizes the tensors and remaps the optimizer state
-   (:func:`barter_mini.surgery.remap_optimizer_state`).
+   (:func:`barter_mini.core.surgery.remap_optimizer_state`).
 
 The global budgets stay exactly fixed: every update prunes as many units as it clones.
 No layer drops below one unit or grows past its full width, and units whose statistics
@@ -25,8 +25,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..errors import BarterError, check_in_range, check_integer
 from .budgets import Budget
-from .statistics import LayerStatistics, UnitStatistics
+from .method import MethodController
+from .unit_statistics import LayerStatistics, UnitStatistics
 from .surgery import UNIT_KINDS, perturb_input_parameters, regather_units, unit_count
 
 
@@ -49,6 +51,20 @@ class BarterSettings:
     min_age: int | None = None
     random_receiver: bool = False
     random_donor: bool = False
+
+    def validate(self) -> "BarterSettings":
+        """Refuse settings the method cannot run with, in one line each."""
+        check_integer("delta_t", self.delta_t)
+        check_in_range("t_end", self.t_end, 0.0, 1.0, low_open=True)
+        for name in ("head_fraction", "ffn_fraction"):
+            check_in_range(name, getattr(self, name), 0.0, 1.0)
+        check_in_range("split_alpha", self.split_alpha, 0.0, 1.0, low_open=True, high_open=True)
+        check_in_range("symmetry_noise", self.symmetry_noise, 0.0, math.inf)
+        check_in_range("stats_beta", self.stats_beta, 0.0, 1.0, high_open=True)
+        check_in_range("transfer_multiplier", self.transfer_multiplier, 0.0, math.inf, low_open=True)
+        if self.min_age is not None:
+            check_integer("min_age", self.min_age, minimum=0)
+        return self
 
     @property
     def protected_steps(self) -> int:
@@ -73,6 +89,10 @@ class TransferSchedule:
     total_steps: int
     budget: Budget
     settings: BarterSettings = BarterSettings()
+
+    def __post_init__(self) -> None:
+        self.settings.validate()
+        check_integer("total_steps", self.total_steps)
 
     @cached_property
     def update_steps(self) -> list[int]:
@@ -163,9 +183,24 @@ def select_parents(stats: LayerStatistics, k: int) -> list[int]:
 
 # ----------------------------------------------------------------------------- surgery
 
+def check_units(kind: str, units: list[int], count: int, action: str) -> None:
+    """Refuse unit indices outside ``0 .. count - 1`` of a layer, naming them."""
+    bad = [u for u in units if not 0 <= u < count]
+    if bad:
+        raise BarterError(f"cannot {action} {kind} {bad}: the layer has {count} {kind}, indices 0..{count - 1}")
+
+
 def prune(block: nn.Module, kind: str, victims: list[int], stats: LayerStatistics,
           optimizer: torch.optim.Optimizer | None) -> None:
     """Remove ``victims`` from the layer's tensors, optimizer state and statistics."""
+    count = unit_count(block, kind)
+    check_units(kind, victims, count, "prune")
+    if len(set(victims)) != len(victims):
+        duplicates = sorted({u for u in victims if victims.count(u) > 1})
+        raise BarterError(f"cannot prune {kind} {duplicates} twice: victims must be distinct")
+    if len(victims) >= count:
+        raise BarterError(f"pruning {len(victims)} of {count} {kind} would empty the layer: "
+                          "at most all but one may go")
     doomed = set(victims)
     keep = torch.tensor([u for u in range(unit_count(block, kind)) if u not in doomed])
     regather_units(block, kind, keep, torch.ones(len(keep)), optimizer)
@@ -179,14 +214,18 @@ def clone(block: nn.Module, kind: str, parents: list[int], stats: LayerStatistic
 
     The parent keeps ``alpha`` of its output weights and the clone gets ``1 - alpha``, so the
     layer computes the same function. Why symmetry breaking is needed: the two copies see
-    identical inputs and, with the optimizer state of :mod:`barter_mini.surgery`, gradients
+    identical inputs and, with the optimizer state of :mod:`barter_mini.core.surgery`, gradients
     that differ only by the factor ``alpha / (1 - alpha)``. Adam's update ``m / sqrt(v)`` is
     invariant to that scale, so the copies would keep identical input weights for ever and
     act as one unit. ``symmetry_noise`` > 0 adds antithetic noise to the pair's input
-    parameters (:func:`barter_mini.surgery.perturb_input_parameters`), which separates them
+    parameters (:func:`barter_mini.core.surgery.perturb_input_parameters`), which separates them
     while changing the function only to second order; 0 keeps the clone exact.
     """
     count, k = unit_count(block, kind), len(parents)
+    check_units(kind, parents, count, "clone")
+    if len(set(parents)) != k:
+        raise BarterError(f"cannot clone {kind} {sorted({u for u in parents if parents.count(u) > 1})} twice "
+                          "in one update: parents must be distinct")
     parent_index = torch.tensor(parents, dtype=torch.long)
     clone_index = torch.arange(count, count + k)
     sources = torch.cat([torch.arange(count), parent_index])
@@ -256,12 +295,18 @@ def topology_update(model: nn.Module, ks: dict[str, int], statistics: UnitStatis
     return records
 
 
-class BarterController:
-    """Runs the schedule during training: call :meth:`after_step` after each optimizer step."""
+class BarterController(MethodController):
+    """Runs the schedule during training: call :meth:`after_step` after each optimizer step.
+
+    The statistics hooks read the gradients during ``backward``, so nothing happens before
+    the step (the protocol's default ``before_step``).
+    """
+
+    name = "barter"
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, total_steps: int,
                  settings: BarterSettings = BarterSettings(), seed: int = 0):
-        self.model, self.optimizer, self.settings = model, optimizer, settings
+        self.model, self.optimizer, self.settings = model, optimizer, settings.validate()
         allocation = model.allocation()
         self.budget = Budget(heads=sum(allocation.heads), ffn=sum(allocation.ffn))
         self.schedule = TransferSchedule(total_steps, self.budget, settings)
@@ -270,9 +315,6 @@ class BarterController:
         self.generator = torch.Generator().manual_seed(seed)
         self.executed = {kind: 0 for kind in UNIT_KINDS}
         self.history: list[dict] = [{"step": 0, **allocation.as_dict()}]
-
-    def before_step(self) -> None:
-        """Nothing to do between backward and step: the hooks already read the gradients."""
 
     def after_step(self, step: int) -> dict[str, Transfer] | None:
         ks = self.schedule.transfers_at(step)
@@ -287,6 +329,23 @@ class BarterController:
                                            for k, r in records.items()}})
         return records
 
-    def summary(self) -> dict:
-        return {"budget": asdict(self.budget), "planned": self.schedule.planned_totals(),
-                "executed": dict(self.executed), "updates": len(self.history) - 1}
+    def update_steps(self) -> list[int]:
+        """The update steps that move units: the cosine schedule spreads K units over all
+        its update steps, so on many of them nothing is due."""
+        return [step for step in self.schedule.update_steps if any(self.schedule.transfers_at(step).values())]
+
+    def metrics(self) -> dict:
+        return {**super().metrics(), "transfers_planned": self.schedule.planned_totals(),
+                "transfers_executed": dict(self.executed), "allocation_history": self.history}
+
+    def state_dict(self) -> dict:
+        return {"statistics": self.statistics.state_dict(), "rng": self.rng.bit_generator.state,
+                "generator": self.generator.get_state(), "executed": dict(self.executed),
+                "history": list(self.history)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.statistics.load_state_dict(state["statistics"])
+        self.rng.bit_generator.state = state["rng"]
+        self.generator.set_state(state["generator"])
+        self.executed = dict(state["executed"])
+        self.history = list(state["history"])

@@ -78,7 +78,7 @@ class CompactCCT(CompactTransformer):
         # memory, so the tokens (B, HW, C) come out contiguous with no transposing copy, and
         # the residual stream stays contiguous through every block. Same function; on two
         # CPU cores a BARTER step of cct-paper at rho = 0.1 is about 15 % faster, because
-        # these width-D copies do not shrink with the density (see barter_mini.bench).
+        # these width-D copies do not shrink with the density (see barter_mini.measure.bench).
         x = self.tokenizer(x.contiguous(memory_format=torch.channels_last))
         x = x.flatten(2).transpose(1, 2) + self.pos_embed
         for block in self.blocks:

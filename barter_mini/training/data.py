@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import copy
 import gzip
-import numbers
 import os
 import pathlib
 import tempfile
@@ -39,7 +38,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from .errors import BarterError, choose
+from ..errors import BarterError, check_in_range, check_integer, choose
 
 __all__ = [
     "DATASETS",
@@ -118,7 +117,7 @@ def default_data_root() -> pathlib.Path:
     env = os.environ.get("BARTER_MINI_DATA")
     if env:
         return Path(env).expanduser()
-    return Path(__file__).resolve().parents[1] / "data"
+    return Path(__file__).resolve().parents[2] / "data"
 
 
 # --------------------------------------------------------------------------- transforms
@@ -160,14 +159,9 @@ def _with_transform(dataset, transform):
 
 
 def _check_split_args(val_fraction, train_subset) -> None:
-    if isinstance(val_fraction, bool) or not isinstance(val_fraction, numbers.Real) or not (
-        0.0 < float(val_fraction) < 1.0
-    ):
-        raise BarterError(f"val_fraction must be a number strictly between 0 and 1, got {val_fraction!r}")
-    if train_subset is not None and (
-        isinstance(train_subset, bool) or not isinstance(train_subset, numbers.Integral) or train_subset < 1
-    ):
-        raise BarterError(f"train_subset must be a positive integer or None, got {train_subset!r}")
+    check_in_range("val_fraction", val_fraction, 0.0, 1.0, low_open=True, high_open=True)
+    if train_subset is not None:
+        check_integer("train_subset", train_subset)
 
 
 def _split_indices(n: int, val_fraction: float, seed: int, train_subset: int | None):
@@ -499,11 +493,8 @@ def make_loaders(
     (seed it with ``torch.manual_seed``) and from per-worker seeds derived from the loader's
     generator otherwise. Validation and test are not shuffled and keep every item.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-        raise BarterError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral) or num_workers < 0:
-        raise BarterError(f"num_workers must be an integer >= 0, got {num_workers!r}")
-    batch_size, num_workers = int(batch_size), int(num_workers)
+    batch_size = check_integer("batch_size", batch_size)
+    num_workers = check_integer("num_workers", num_workers, minimum=0)
     common = dict(batch_size=batch_size, num_workers=num_workers, persistent_workers=num_workers > 0)
     train = DataLoader(
         splits.train,

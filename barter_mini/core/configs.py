@@ -2,14 +2,14 @@
 
 Every configuration describes the *full-density* model. A compact model of density rho
 keeps all ``depth`` layers but only part of the heads and FFN channels (see
-:mod:`barter_mini.budgets`).
+:mod:`barter_mini.core.budgets`).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .errors import choose
+from ..errors import choose
 
 
 @dataclass(frozen=True)

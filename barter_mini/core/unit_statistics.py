@@ -38,6 +38,7 @@ from functools import partial
 import torch
 from torch import nn
 
+from ..errors import BarterError
 from .surgery import UNIT_KINDS, unit_count, unit_parameters
 
 
@@ -91,6 +92,16 @@ class LayerStatistics:
     def state_dict(self) -> dict:
         return {"importance": self.importance.cpu(), "pressure": self.pressure.cpu(),
                 "age": self.age.cpu(), "beta": self.beta}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["age"].numel() != self.age.numel():
+            raise BarterError(f"the saved statistics hold {state['age'].numel()} units, the layer "
+                              f"{self.age.numel()}: load them into the model they were saved from")
+        device = self.age.device
+        self.importance = state["importance"].to(device)
+        self.pressure = state["pressure"].to(device)
+        self.age = state["age"].to(device)
+        self.beta = float(state["beta"])
 
 
 def _per_unit(values: torch.Tensor, blocks: int, num_units: int, width: int) -> torch.Tensor:
@@ -162,5 +173,16 @@ class UnitStatistics:
         stats.observe_pressure(_per_unit(grad_sq, blocks, stats.age.numel(), width))
 
     def state_dict(self) -> dict:
+        """Per unit kind, each layer's :meth:`LayerStatistics.state_dict` (tensors shared with
+        the live statistics, as in torch's state dicts)."""
         return {kind: [s.state_dict() for s in layer_stats] for kind, layer_stats in self.layers.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` on the model it was saved from (same per-layer widths)."""
+        for kind, layer_stats in self.layers.items():
+            if len(state[kind]) != len(layer_stats):
+                raise BarterError(f"the saved {kind} statistics have {len(state[kind])} layers, the model "
+                                  f"{len(layer_stats)}")
+            for stats, saved in zip(layer_stats, state[kind]):
+                stats.load_state_dict(saved)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .barter import BarterSettings
-from .errors import choose
+from ..core.barter import BarterSettings
+from ..errors import choose
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ import tarfile
 import time
 from pathlib import Path
 
-from .errors import BarterError, choose
+from ..errors import BarterError, choose
 from .profiles import PROFILES
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MATHJAX_PACKAGE = "mathjax@3"
 
 

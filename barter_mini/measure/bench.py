@@ -5,10 +5,10 @@ For every method and density, on synthetic input of the model's shape (Tables 6-
 
 * ``step_ms``: median of timed optimizer steps (forward, backward, the method's per-step
   work, AdamW), methods interleaved round by round after warm-up
-  (:func:`~barter_mini.measure.interleaved_times`);
+  (:func:`~barter_mini.measure.timing.interleaved_times`);
 * ``epoch_s``: a contiguous measured segment of steps, per step, plus the amortised cost of
   the topology updates, times the steps of one epoch of the model's paper dataset;
-* ``peak_mem_mb``: the peak of one real step (:func:`~barter_mini.measure.step_memory`);
+* ``peak_mem_mb``: the peak of one real step (:func:`~barter_mini.measure.memory.step_memory`);
 * ``train_gflops_per_image``: what the dense kernels execute, in the paper's convention
   (3 x forward), and FlopCounterMode's own forward + backward count beside it; the masked
   methods execute the dense model's FLOPs whatever their density;
@@ -25,25 +25,24 @@ The ratio that matters is BARTER's speedup over RigL beside the FLOPs-ideal one,
 from __future__ import annotations
 
 import math
-import statistics as stats_lib
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, field, replace
 
-import pandas as pd
 import torch
 from torch import nn
 from tqdm import tqdm
 
-from .configs import get_model_config
-from .errors import BarterError
-from .experiments import check_methods, read_paper_table
-from .export import smallest_dense_form
-from .masked import MASKED_METHODS
-from .measure import (count_parameters, counted_training_gflops_per_image, interleaved_times,
-                      step_memory, timed, training_gflops_per_image)
-from .models import build_model
-from .recipes import get_recipe
-from .train import (BARTER_VARIANTS, RunConfig, make_controller, parameter_groups, resolve_device,
-                    trains_full_width)
+from ..core.barter import BarterController
+from ..core.configs import get_model_config
+from ..core.counting import count_parameters, counted_training_gflops_per_image, training_gflops_per_image
+from ..core.method import MethodController
+from ..core.models import build_model
+from ..errors import BarterError, check_integer
+from ..training.methods import MethodSetup, check_methods, get_method
+from ..training.recipes import get_recipe
+from ..training.trainer import RunConfig, make_optimizer, resolve_device
+from .memory import step_memory
+from .timing import interleaved_times, timed
 
 #: what one epoch of each paper dataset holds (training images), for seconds per epoch
 EPOCH_IMAGES = {"cifar100": 50_000, "tiny-imagenet": 100_000, "fashion-mnist": 60_000}
@@ -55,41 +54,38 @@ DEFAULT_DENSITIES = (0.1, 0.3, 0.5, 0.7)
 class TrainingStep:
     """One method's model, optimizer and per-step work on a fixed synthetic batch.
 
-    Calling it performs one optimizer step exactly as :func:`barter_mini.train.train` does,
-    numbered so that no topology update is due (steady-state steps); :meth:`run` performs a
-    step of a chosen number.
+    Calling it performs one optimizer step exactly as :func:`barter_mini.training.trainer.train`
+    does, numbered so that no topology update is due (steady-state steps); :meth:`run` performs
+    a step of a chosen number.
     """
 
     method: str
     density: float
     model: nn.Module
     optimizer: torch.optim.Optimizer
-    controller: object
+    controller: MethodController
     x: torch.Tensor
     y: torch.Tensor
     step: int = 0
+    #: the steps at which the controller changes the model (asked once: BARTER scans its schedule)
+    changing_steps: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.update_steps: list[int] = [] if self.controller is None else list(self.controller.schedule.update_steps)
-        #: the update steps that change something: BARTER's cosine schedule spreads K units
-        #: over all its update steps, so many of them move none and return at once
-        self.changing_steps = [step for step in self.update_steps
-                               if self.method not in BARTER_VARIANTS
-                               or any(self.controller.schedule.transfers_at(step).values())]
+        self.changing_steps = self.controller.update_steps()
+        self._changing = set(self.changing_steps)
 
     def __call__(self) -> None:
         self.step += 1
-        while self.controller is not None and self.controller.schedule.is_update(self.step):
+        while self.step in self._changing:
             self.step += 1
         self.run(self.step)
 
     def run(self, step: int, controller_after_step: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         nn.functional.cross_entropy(self.model(self.x), self.y).backward()
-        if self.controller is not None:
-            self.controller.before_step()
+        self.controller.before_step()
         self.optimizer.step()
-        if self.controller is not None and controller_after_step:
+        if controller_after_step:
             self.controller.after_step(step)
 
 
@@ -99,11 +95,12 @@ def build_training_step(model_name: str, method: str, density: float, batch: int
     with the paper recipe's update schedule over ``total_steps``."""
     config = get_model_config(model_name)
     run = RunConfig(method=method, model=model_name, density=density, seed=seed, recipe="paper").validate()
-    recipe = get_recipe("paper", config.family)
+    recipe = replace(get_recipe("paper", config.family), lr=1e-4)
+    spec = get_method(method)
     torch.manual_seed(seed)
-    model = build_model(config, 1.0 if trains_full_width(method) else run.density).to(device)
-    optimizer = torch.optim.AdamW(parameter_groups(model, recipe.weight_decay), lr=1e-4)
-    controller = make_controller(run, recipe, model, optimizer, total_steps)
+    model = build_model(config, spec.model_density(run.density)).to(device)
+    optimizer = make_optimizer(model, recipe)
+    controller = spec.build(MethodSetup(model, optimizer, run.density, total_steps, recipe, seed))
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, config.in_chans, config.img_size, config.img_size, generator=generator).to(device)
     y = torch.randint(0, config.num_classes, (batch,), generator=generator).to(device)
@@ -116,19 +113,17 @@ def check_bench_arguments(model: str, methods, densities, batch: int, steps: int
     methods = check_methods(methods)
     if not densities:
         raise BarterError("--densities must list at least one density in (0, 1]")
-    for name, value in (("batch", batch), ("steps", steps)):
-        if value < 1:
-            raise BarterError(f"{name} must be a positive integer, got {value}")
-    cases = [("dense", 1.0)] if "dense" in methods else []
-    cases += [(m, RunConfig(method=m, density=d).validate().density) for d in densities
-              for m in methods if m != "dense"]
-    return cases
+    check_integer("batch", batch)
+    check_integer("steps", steps)
+    fixed = [(m, get_method(m).fixed_density) for m in methods if get_method(m).fixed_density is not None]
+    cases = [(m, RunConfig(method=m, density=d).validate().density) for d in densities
+             for m in methods if get_method(m).fixed_density is None]
+    return fixed + cases
 
 
 def compute_and_size(setup: TrainingStep) -> dict:
     """FLOPs the dense kernels execute and the exported model's size (Figure 4, Tables 7, 9, 15)."""
-    masks = setup.controller.enforced_masks() if setup.method in MASKED_METHODS else None
-    exported = smallest_dense_form(setup.model, setup.method, masks)
+    exported = setup.controller.smallest_dense_form(setup.model, setup.controller.state_dict())
     return {"train_gflops_per_image": training_gflops_per_image(setup.model),
             "counted_train_gflops_per_image": counted_training_gflops_per_image(setup.model),
             "params": count_parameters(exported),
@@ -153,12 +148,12 @@ def update_cost(setup: TrainingStep, samples: int, device: torch.device) -> dict
     for step in setup.changing_steps[:samples]:
         setup.run(step - 1)                        # the method's bookkeeping sees step - 1
         setup.run(step, controller_after_step=False)
-        if setup.method in BARTER_VARIANTS:
+        if isinstance(setup.controller, BarterController):
             _age_statistics(setup.controller, step)
         records = {}
         times.append(timed(lambda: records.update(setup.controller.after_step(step) or {}), device))
         moved += sum(record.executed for record in records.values() if hasattr(record, "executed"))
-    median = stats_lib.median(times)
+    median = statistics.median(times)
     return {"update_ms": 1000 * median, "updates_per_schedule": len(setup.changing_steps),
             "update_s_per_schedule": median * len(setup.changing_steps), "update_units_moved": moved}
 
@@ -213,12 +208,12 @@ def bench(model: str = "cct-paper", methods=DEFAULT_METHODS, densities=DEFAULT_D
     bar.update()
     for case, setup in setups.items():
         row = rows[case]
-        step_s = stats_lib.median(times[case])
-        quartiles = stats_lib.quantiles(times[case], n=4) if len(times[case]) > 1 else [step_s] * 3
+        step_s = statistics.median(times[case])
+        quartiles = statistics.quantiles(times[case], n=4) if len(times[case]) > 1 else [step_s] * 3
         segment_s = timed(lambda: [setup() for _ in range(segment_steps)], device) / segment_steps
         # BARTER's update cost is a target (Table 17); a masked method's is timed once, so
         # that its epoch time includes it too
-        samples = update_samples if setup.method in BARTER_VARIANTS else 1
+        samples = update_samples if isinstance(setup.controller, BarterController) else 1
         updates = update_cost(setup, samples, device) if setup.changing_steps else {
             "update_ms": 0.0, "updates_per_schedule": 0, "update_s_per_schedule": 0.0, "update_units_moved": 0}
         update_s_per_step = updates["update_s_per_schedule"] / total_steps
@@ -270,46 +265,3 @@ def format_report(rows: list[dict]) -> str:
                      f"peak memory {100 * ratio['memory_fraction']:.1f} % of RigL's, "
                      f"topology updates {ratio['update_percent_of_training']:.4f} % of training time")
     return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class BenchProfile:
-    """How much the efficiency notebook measures under a notebook profile.
-
-    ``paper_models`` (model, batch) are benchmarked for the paper's efficiency tables; the
-    profile's own training model is benchmarked at its recipe's batch for Figure 1.
-    """
-
-    paper_models: tuple[tuple[str, int], ...]
-    steps: int
-    warmup: int
-    segment_steps: int
-    update_samples: int
-
-
-BENCH_PROFILES = {
-    "smoke": BenchProfile((("cct-mini", 16),), steps=2, warmup=1, segment_steps=1, update_samples=1),
-    "quick": BenchProfile((("cct-paper", 32),), steps=3, warmup=1, segment_steps=2, update_samples=2),
-    "paper": BenchProfile((("cct-paper", 128), ("vit-paper", 256)), steps=20, warmup=5, segment_steps=50,
-                          update_samples=5),
-}
-
-
-def iphone_comparison(rows: list[dict], density: float = 0.3) -> pd.DataFrame:
-    """Table 2 in spirit: dense, RigL and BARTER at ``density`` on this machine (ms/step,
-    s/epoch and speedup over RigL) beside the paper's iPhone 13 Pro Max figures."""
-    paper = read_paper_table("table02_iphone_cct").set_index("method")
-    by_case = {(r["method"], r["density"]): r for r in rows}
-    cases = [("dense", 1.0), ("rigl", density), ("barter", density)]
-    if any(case not in by_case for case in cases):
-        raise BarterError(f"the Table 2 comparison needs dense, rigl and barter at density {density:g} in the bench")
-    rigl = by_case["rigl", density]
-    out = []
-    for method, rho in cases:
-        ours = by_case[method, rho]
-        out.append({"method": method, "density": rho, "ms/step (here)": ours["step_ms"],
-                    "s/epoch (here)": ours["epoch_s"], "speedup over RigL (here)": rigl["step_ms"] / ours["step_ms"],
-                    "ms/step (iPhone)": paper.loc[method, "ms_per_step"],
-                    "s/epoch (iPhone)": paper.loc[method, "s_per_epoch"],
-                    "speedup over RigL (iPhone)": paper.loc["rigl", "ms_per_step"] / paper.loc[method, "ms_per_step"]})
-    return pd.DataFrame(out)

@@ -7,12 +7,12 @@ from itertools import cycle, islice
 import torch
 from torch import nn
 
-from .configs import get_model_config
-from .data import load_dataset, make_loaders
-from .models import CompactTransformer, build_model
+from ..core.configs import get_model_config
+from ..training.data import load_dataset, make_loaders
+from ..core.models import CompactTransformer, build_model
 from .profiles import Profile
-from .statistics import UnitStatistics
-from .train import parameter_groups, seed_everything
+from ..core.unit_statistics import UnitStatistics
+from ..training.trainer import parameter_groups, seed_everything
 
 
 def warmed_up_model(profile: Profile, density: float, seed: int = 0, steps: int = 30,

@@ -17,14 +17,14 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from . import __version__
-from .io import read_json
-from .train import RunConfig, train
+from ..version import __version__
+from .checkpoints import read_json
+from .trainer import RunConfig, train
 
-PACKAGE = Path(__file__).resolve().parent
-#: modules that do not change what a training run produces
-NOT_TRAINING_CODE = {"bench.py", "book.py", "cache.py", "cli.py", "experiments.py", "export.py",
-                     "profiles.py", "report.py", "walkthrough.py"}
+PACKAGE = Path(__file__).resolve().parents[1]
+#: the layers whose source determines what a training run produces (measurement, the book
+#: and the command line do not)
+TRAINING_LAYERS = ("core", "masked", "training")
 
 
 def default_cache_dir() -> Path:
@@ -33,9 +33,10 @@ def default_cache_dir() -> Path:
 
 
 def source_digest() -> str:
+    """SHA-256 over the source files of :data:`TRAINING_LAYERS`, with their paths."""
     digest = hashlib.sha256()
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if path.name not in NOT_TRAINING_CODE:
+    for layer in TRAINING_LAYERS:
+        for path in sorted((PACKAGE / layer).rglob("*.py")):
             digest.update(path.relative_to(PACKAGE).as_posix().encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()

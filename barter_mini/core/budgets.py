@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .configs import ModelConfig
-from .errors import BarterError
+from ..errors import BarterError, check_in_range
 
 #: Table 3 of the paper: (heads, FFN channels, K_H, K_C) per model and density.
 PAPER_TABLE3: dict[tuple[str, float], tuple[int, int, int, int]] = {
@@ -80,10 +80,7 @@ def unit_macs_per_token(config: ModelConfig) -> tuple[int, int]:
 
 
 def check_density(density: float) -> float:
-    density = float(density)
-    if not 0.0 < density <= 1.0:
-        raise BarterError(f"density must be in (0, 1], got {density:g}")
-    return density
+    return check_in_range("density", density, 0.0, 1.0, low_open=True)
 
 
 def compute_budget(config: ModelConfig, density: float) -> Budget:

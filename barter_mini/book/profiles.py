@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .budgets import check_density
-from .errors import BarterError, choose
+from ..core.budgets import check_density
+from ..errors import BarterError, choose
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Every layer owns a ``timm.layers.Attention`` (``.attn``) whose heads have a fixed
 dimension, and a ``timm.layers.Mlp`` (``.mlp``) whose hidden width is the layer's FFN
-channel count. BARTER's surgery (:mod:`barter_mini.surgery`) resizes exactly these two
+channel count. BARTER's surgery (:mod:`barter_mini.core.surgery`) resizes exactly these two
 modules, so it works the same for both model families.
 """
 

@@ -1,0 +1,90 @@
+"""One protocol for every training method, and the two that never change the topology.
+
+Every method of the paper's comparisons (dense, static, BARTER and its Table 12 ablations,
+the masked baselines of Table 1) is driven by the trainer, the bench and export through
+the same :class:`MethodController`::
+
+    loss.backward()
+    controller.before_step()     # between backward and the optimizer step
+    optimizer.step()
+    step += 1
+    controller.after_step(step)  # on schedule: change the topology or the masks
+
+and reports through ``metrics()`` (what it adds to ``metrics.json``), saves and restores
+itself with ``state_dict()`` / ``load_state_dict()`` (everything it needs to continue: its
+statistics, masks, random generators and counts; the step number comes from the caller),
+and says how a trained model of the method is exported in its smallest dense form
+(:meth:`MethodController.smallest_dense_form`, paper Tables 7, 9 and 15).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from torch import nn
+
+from ..errors import BarterError
+
+#: the metrics.json entries every method writes; a method that moves nothing leaves them empty
+NO_TRANSFERS = {"heads": 0, "ffn": 0}
+
+
+class MethodController:
+    """What a training method does around the optimizer step (see the module docstring).
+
+    The defaults are those of a method that never changes its model: no work before or
+    after a step, no topology updates, no state, exported as trained.
+    """
+
+    #: the method's name in the registry and in metrics.json
+    name: ClassVar[str] = "method"
+
+    def before_step(self) -> None:
+        """Called after ``loss.backward()`` and before ``optimizer.step()``."""
+
+    def after_step(self, step: int) -> Any:
+        """Called after optimizer step number ``step`` (1-based); returns what it changed, or None."""
+        return None
+
+    def update_steps(self) -> list[int]:
+        """The steps at which :meth:`after_step` changes the model (what the bench times)."""
+        return []
+
+    def metrics(self) -> dict:
+        """The metrics.json entries of the method's topology or mask changes."""
+        return {"transfers_planned": dict(NO_TRANSFERS), "transfers_executed": dict(NO_TRANSFERS),
+                "allocation_history": [], "mask": None}
+
+    def state_dict(self) -> dict:
+        """Everything the controller needs to continue exactly (tensors on the CPU)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned, on a model rebuilt from the same checkpoint."""
+        if state:
+            raise BarterError(f"{self.name} keeps no state, but the checkpoint holds {', '.join(sorted(state))}")
+
+    @classmethod
+    def smallest_dense_form(cls, model: nn.Module, state: dict) -> nn.Module:
+        """The trained ``model`` as it is exported: the fewest parameters dense kernels can use.
+
+        ``state`` is the controller's :meth:`state_dict` saved with the model. The default is
+        the model as trained (compact methods are already compact; unstructured zeros cannot be
+        removed); ``model`` itself is never modified.
+        """
+        return model
+
+
+class Dense(MethodController):
+    """Full width, no updates: the dense reference of Table 1 (density 1)."""
+
+    name = "dense"
+
+
+class Static(MethodController):
+    """BARTER's budgeted compact model with its initial even allocation, frozen.
+
+    The ablation that BARTER's reallocation must beat (Table 13, Figure 6).
+    """
+
+    name = "static"

@@ -1,0 +1,36 @@
+"""Export a trained run in its smallest dense form (paper Tables 7, 9 and 15: exported size).
+
+Each method says how (:meth:`~barter_mini.core.method.MethodController.smallest_dense_form`):
+
+* BARTER, its ablations and static: the compact timm model exactly as trained.
+* S2ViTE: its masked heads and FFN neurons are removed physically, which leaves a compact
+  model of the same family; at equal density it has BARTER's parameter count.
+* The unstructured masked methods (SET, SNFS, RigL, SRigL) and dense: the full-size model,
+  zeros included; dense kernels cannot use unstructured zeros.
+
+The exported file is a checkpoint of :data:`~barter_mini.training.checkpoints.CHECKPOINT_FORMAT`
+with the model alone, so :func:`~barter_mini.training.checkpoints.model_from_checkpoint`
+rebuilds it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..core.counting import count_parameters
+from .checkpoints import CHECKPOINT_FORMAT, load_checkpoint, model_from_checkpoint, save_checkpoint
+from .methods import get_method
+
+
+def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "best.pt") -> dict:
+    """Write ``run_dir``'s model in its smallest dense form to ``out``; return a summary."""
+    state = load_checkpoint(Path(run_dir) / checkpoint)
+    method = state["run"]["method"]
+    model = model_from_checkpoint(state).eval()
+    model = get_method(method).controller.smallest_dense_form(model, state["controller"])
+    exported = {"format": CHECKPOINT_FORMAT, "method": method, "density": state["run"]["density"],
+                "model_config": state["model_config"], "allocation": model.allocation().as_dict(),
+                "model": model.state_dict()}
+    save_checkpoint(Path(out), exported)
+    return {"method": method, "density": state["run"]["density"], "params": count_parameters(model),
+            "allocation": exported["allocation"], "out": str(out)}

@@ -1,0 +1,257 @@
+"""Training: AdamW with warm-up and cosine LR, label smoothing, BARTER updates, metrics.
+
+A run folder holds ``best.pt`` (chosen on validation Top-1), ``last.pt`` and
+``metrics.json``: validation and test Top-1 and macro-F1 (fractions, test measured with the
+best checkpoint), wall time, transfers planned and executed, the per-epoch history and the
+per-layer allocation after every topology update, and a training curve (running loss and
+accuracy every ``LOG_EVERY`` steps). All files are written atomically.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.metrics import f1_score
+from timm.scheduler import CosineLRScheduler
+from torch import nn
+from torch.utils.data import Subset
+from tqdm import tqdm
+
+from ..version import __version__
+from ..core.budgets import check_density
+from ..core.configs import ModelConfig, get_model_config
+from ..core.counting import count_parameters, training_gflops_per_image
+from ..core.method import MethodController
+from ..core.models import build_model
+from ..errors import BarterError, check_integer
+from .checkpoints import CHECKPOINT_FORMAT, check_can_create, load_checkpoint, model_from_checkpoint, save_checkpoint, write_json
+from .data import load_dataset, make_loaders
+from .methods import MethodSetup, get_method
+from .recipes import Recipe, get_recipe, with_overrides
+
+#: optimizer steps per point of the training curve (running train loss and accuracy)
+LOG_EVERY = 10
+
+
+@dataclass
+class RunConfig:
+    """Everything that determines a training run (and its cache key in later tools)."""
+
+    method: str = "barter"
+    model: str = "cct-mini"
+    dataset: str = "fashion-mnist"
+    density: float = 0.3
+    seed: int = 0
+    recipe: str = "quick"
+    epochs: int | None = None
+    batch_size: int | None = None
+    lr: float | None = None
+    train_subset: int | None = None
+    transfer_multiplier: float | None = None
+    delta_t: int | None = None
+    data_root: str | None = None
+    download: bool = False
+    device: str = "auto"
+    progress: bool | None = None
+    overrides: dict = field(default_factory=dict)
+
+    def validate(self) -> "RunConfig":
+        """A checked, normalised copy: the density a method always trains at (dense: 1) applied."""
+        method = get_method(self.method)
+        get_model_config(self.model)
+        density = check_density(method.fixed_density or self.density)
+        if self.epochs is not None:
+            check_integer("epochs", self.epochs)
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise BarterError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        return replace(self, density=density)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise BarterError("device cuda requested but no CUDA device is available: use --device cpu or auto")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Decay matrices only: biases, norms and embeddings (1-D or positional) are not decayed."""
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        (no_decay if param.ndim <= 1 or name.endswith(("pos_embed", "cls_token")) else decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def make_optimizer(model: nn.Module, recipe: Recipe) -> torch.optim.AdamW:
+    """AdamW over :func:`parameter_groups` at the recipe's learning rate and weight decay."""
+    return torch.optim.AdamW(parameter_groups(model, recipe.weight_decay), lr=recipe.lr)
+
+
+def resolve_recipe(run: RunConfig, family: str) -> Recipe:
+    """The run's recipe with its command-line overrides applied."""
+    return with_overrides(
+        get_recipe(run.recipe, family), epochs=run.epochs, batch_size=run.batch_size, lr=run.lr,
+        train_subset=run.train_subset, transfer_multiplier=run.transfer_multiplier,
+        delta_t=run.delta_t, **run.overrides)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, loader, device: torch.device) -> dict[str, float]:
+    """Top-1 accuracy and macro-F1 (fractions) of ``model`` on ``loader``."""
+    model.eval()
+    preds, labels = [], []
+    for x, y in loader:
+        preds.append(model(x.to(device)).argmax(dim=1).cpu())
+        labels.append(y)
+    pred, true = torch.cat(preds).numpy(), torch.cat(labels).numpy()
+    return {"acc": float((pred == true).mean()),
+            "macro_f1": float(f1_score(true, pred, average="macro", zero_division=0))}
+
+
+@dataclass
+class Training:
+    """A run in progress: what :func:`build_training` sets up and :func:`fit_one_epoch` advances."""
+
+    run: RunConfig
+    recipe: Recipe
+    config: ModelConfig
+    device: torch.device
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: CosineLRScheduler
+    controller: MethodController
+    criterion: nn.Module
+    loaders: tuple
+    total_steps: int
+    started: float
+    step: int = 0
+    best_acc: float = -1.0
+    history: list = field(default_factory=list)
+    curve: list = field(default_factory=list)
+    window: list = field(default_factory=list)
+
+    def checkpoint(self, epoch: int, val: dict) -> dict:
+        return {"format": CHECKPOINT_FORMAT, "version": __version__, "run": asdict(self.run),
+                "recipe": asdict(self.recipe), "model_config": asdict(self.config),
+                "allocation": self.model.allocation().as_dict(), "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "controller": self.controller.state_dict(),
+                "epoch": epoch, "step": self.step, "val": val}
+
+
+def build_training(run: RunConfig) -> Training:
+    """Data, model, optimizer, LR schedule and the method's controller of ``run``."""
+    run = run.validate()
+    device = resolve_device(run.device)
+    seed_everything(run.seed)
+    base_config = get_model_config(run.model)
+    recipe = resolve_recipe(run, base_config.family)
+    splits = load_dataset(run.dataset, run.data_root, seed=run.seed,
+                          train_subset=recipe.train_subset, download=run.download)
+    if recipe.eval_subset:
+        splits.val = Subset(splits.val, range(min(recipe.eval_subset, len(splits.val))))
+        splits.test = Subset(splits.test, range(min(recipe.eval_subset, len(splits.test))))
+    loaders = make_loaders(splits, recipe.batch_size, run.seed)
+    info = splits.info
+    config = base_config.for_data(info.img_size, info.in_chans, info.num_classes)
+
+    method = get_method(run.method)
+    model = build_model(config, method.model_density(run.density), drop_path=recipe.drop_path).to(device)
+    optimizer = make_optimizer(model, recipe)
+    total_steps = recipe.epochs * len(loaders[0])
+    scheduler = CosineLRScheduler(
+        optimizer, t_initial=total_steps, lr_min=recipe.min_lr,
+        warmup_t=int(recipe.warmup_fraction * total_steps), warmup_lr_init=recipe.lr * 0.01,
+        warmup_prefix=True, t_in_epochs=False)
+    controller = method.build(MethodSetup(model, optimizer, run.density, total_steps, recipe, run.seed))
+    criterion = nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
+    return Training(run, recipe, config, device, model, optimizer, scheduler, controller, criterion,
+                    loaders, total_steps, started=time.perf_counter())
+
+
+def fit_one_epoch(t: Training, epoch: int) -> dict:
+    """Train one epoch, the method's controller around every optimizer step; return its
+    history entry (train loss, validation scores, LR, elapsed time)."""
+    t.model.train()
+    losses = []
+    bar = tqdm(t.loaders[0], desc=f"{t.run.method} epoch {epoch}/{t.recipe.epochs}",
+               disable=(None if t.run.progress is None else not t.run.progress), leave=False)
+    for x, y in bar:
+        x, y = x.to(t.device, non_blocking=True), y.to(t.device, non_blocking=True)
+        t.optimizer.zero_grad(set_to_none=True)
+        logits = t.model(x)
+        loss = t.criterion(logits, y)
+        loss.backward()
+        t.controller.before_step()
+        t.optimizer.step()
+        t.step += 1
+        t.scheduler.step_update(t.step)
+        t.controller.after_step(t.step)
+        losses.append(loss.item())
+        t.window.append((losses[-1], (logits.argmax(dim=1) == y).float().mean().item()))
+        if t.step % LOG_EVERY == 0:
+            t.curve.append({"step": t.step, "train_loss": float(np.mean([l for l, _ in t.window])),
+                            "train_acc": float(np.mean([a for _, a in t.window]))})
+            t.window.clear()
+        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    val = evaluate(t.model, t.loaders[1], t.device)
+    entry = {"epoch": epoch, "step": t.step, "train_loss": float(np.mean(losses)),
+             "val_acc": val["acc"], "val_macro_f1": val["macro_f1"],
+             "lr": t.optimizer.param_groups[0]["lr"], "elapsed_s": time.perf_counter() - t.started}
+    t.history.append(entry)
+    return entry
+
+
+def save_epoch(t: Training, out: Path, epoch: int) -> None:
+    """``last.pt`` after every epoch, ``best.pt`` when validation Top-1 improved."""
+    val = {"acc": t.history[-1]["val_acc"], "macro_f1": t.history[-1]["val_macro_f1"]}
+    state = t.checkpoint(epoch, val)
+    if val["acc"] > t.best_acc:
+        t.best_acc = val["acc"]
+        save_checkpoint(out / "best.pt", state)
+    save_checkpoint(out / "last.pt", state)
+
+
+def finalize(t: Training, out: Path) -> dict:
+    """Test the best checkpoint and write ``metrics.json``; return the metrics."""
+    train_time = time.perf_counter() - t.started
+    best = load_checkpoint(out / "best.pt", map_location=t.device)
+    best_model = model_from_checkpoint(best, t.device)
+    test = evaluate(best_model, t.loaders[2], t.device)
+    run = t.run
+    metrics = {
+        "version": __version__, "method": run.method, "model": run.model, "dataset": run.dataset,
+        "density": run.density, "seed": run.seed, "recipe": t.recipe.name, "epochs": t.recipe.epochs,
+        "device": t.device.type, "steps": t.step, "best_epoch": best["epoch"],
+        "val_acc": best["val"]["acc"], "val_macro_f1": best["val"]["macro_f1"],
+        "test_acc": test["acc"], "test_macro_f1": test["macro_f1"],
+        "wall_time_s": time.perf_counter() - t.started, "train_time_s": train_time,
+        "params": count_parameters(best_model),
+        "train_gflops_per_image": training_gflops_per_image(best_model),
+        "allocation": best["allocation"], "history": t.history, "curve": t.curve,
+        **t.controller.metrics(),
+        "run": asdict(run), "recipe_settings": asdict(t.recipe),
+    }
+    write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def train(run: RunConfig, out: str | Path) -> dict:
+    """Train one run into the folder ``out`` and return its metrics (also in metrics.json)."""
+    out = check_can_create(Path(out))      # before training: a bad --out fails at once
+    t = build_training(run)
+    for epoch in range(1, t.recipe.epochs + 1):
+        fit_one_epoch(t, epoch)
+        save_epoch(t, out, epoch)
+    return finalize(t, out)

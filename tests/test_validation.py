@@ -1,0 +1,112 @@
+"""Values are checked where they enter: settings, surgery indices, run configurations, --out."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from barter_mini.core.barter import BarterSettings, TransferSchedule, clone, prune
+from barter_mini.core.budgets import Budget
+from barter_mini.core.surgery import regather_units
+from barter_mini.core.unit_statistics import UnitStatistics
+from barter_mini.errors import BarterError, check_in_range, check_integer
+from barter_mini.training.trainer import RunConfig
+
+from helpers import TINY_CCT, tiny_model
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"delta_t": 0}, "delta_t must be a positive integer, got 0"),
+    ({"delta_t": 2.5}, "delta_t must be a positive integer"),
+    ({"t_end": 0.0}, "t_end must be in (0, 1]"),
+    ({"t_end": 1.2}, "t_end must be in (0, 1]"),
+    ({"head_fraction": -0.1}, "head_fraction must be in [0, 1]"),
+    ({"ffn_fraction": 1.5}, "ffn_fraction must be in [0, 1]"),
+    ({"split_alpha": 1.5}, "split_alpha must be in (0, 1)"),
+    ({"split_alpha": 0.0}, "split_alpha must be in (0, 1)"),
+    ({"symmetry_noise": -1e-3}, "symmetry_noise must be in [0, inf]"),
+    ({"transfer_multiplier": 0}, "transfer_multiplier must be in (0, inf]"),
+    ({"stats_beta": 1.0}, "stats_beta must be in [0, 1)"),
+    ({"min_age": -1}, "min_age must be an integer >= 0"),
+])
+def test_barter_settings_refuse_bad_values(change, message):
+    with pytest.raises(BarterError, match=message.replace("(", r"\(").replace(")", r"\)")
+                       .replace("[", r"\[").replace("]", r"\]")):
+        BarterSettings(**change).validate()
+    with pytest.raises(BarterError):          # the schedule refuses them too: no raw modulo error
+        TransferSchedule(100, Budget(8, 40), BarterSettings(**change))
+
+
+def test_defaults_and_recipes_are_valid():
+    assert BarterSettings().validate() == BarterSettings()
+
+
+def units(kind="ffn"):
+    model = tiny_model(TINY_CCT)                    # ffn (5, 8, 3), heads (2, 3, 1)
+    return model, UnitStatistics(model)
+
+
+@pytest.mark.parametrize("victims, message", [
+    ([1, 9], r"cannot prune ffn \[9\]: the layer has 5 ffn, indices 0..4"),
+    ([-1], r"cannot prune ffn \[-1\]"),
+    ([2, 2], r"cannot prune ffn \[2\] twice"),
+    ([0, 1, 2, 3, 4], "would empty the layer"),
+])
+def test_prune_refuses_bad_victims(victims, message):
+    model, stats = units()
+    before = model.blocks[0].mlp.fc1.weight
+    with pytest.raises(BarterError, match=message):
+        prune(model.blocks[0], "ffn", victims, stats.layers["ffn"][0], None)
+    assert model.blocks[0].mlp.fc1.weight is before            # nothing half-done
+
+
+@pytest.mark.parametrize("parents, message", [
+    ([7], r"cannot clone heads \[7\]: the layer has 3 heads"),
+    ([1, 1], r"cannot clone heads \[1\] twice"),
+])
+def test_clone_refuses_bad_parents(parents, message):
+    model, stats = units()
+    with pytest.raises(BarterError, match=message):
+        clone(model.blocks[1], "heads", parents, stats.layers["heads"][1], None)
+    assert model.blocks[1].attn.num_heads == 3
+
+
+def test_regather_refuses_out_of_range_sources_and_empty_layers():
+    model, _ = units()
+    with pytest.raises(BarterError, match=r"from units \[5\]"):
+        regather_units(model.blocks[0], "ffn", torch.tensor([0, 5]), torch.ones(2))
+    with pytest.raises(BarterError, match="to no units"):
+        regather_units(model.blocks[0], "ffn", torch.tensor([], dtype=torch.long), torch.ones(0))
+    with pytest.raises(BarterError, match="one per new unit"):
+        regather_units(model.blocks[0], "ffn", torch.tensor([0, 1]), torch.ones(3))
+    assert model.blocks[0].mlp.fc1.out_features == 5
+
+
+def test_the_shared_checks():
+    assert check_integer("n", 3) == 3
+    assert check_integer("workers", 0, minimum=0) == 0
+    for bad in (0, -2, True, 1.5, "3"):
+        with pytest.raises(BarterError, match="n must be a positive integer"):
+            check_integer("n", bad)
+    assert check_in_range("x", 0.5, 0, 1, low_open=True, high_open=True) == 0.5
+    for bad in (0, 1, float("nan"), "0.5", None):
+        with pytest.raises(BarterError, match=r"x must be in \(0, 1\)"):
+            check_in_range("x", bad, 0, 1, low_open=True, high_open=True)
+
+
+def test_run_config_validate_returns_a_normalised_copy():
+    run = RunConfig(method="dense", density=0.3)
+    checked = run.validate()
+    assert checked.density == 1.0 and run.density == 0.3
+    assert RunConfig(method="barter", density=0.3).validate().density == 0.3
+    with pytest.raises(BarterError, match="epochs must be a positive integer"):
+        RunConfig(epochs=0).validate()
+
+
+@pytest.mark.parametrize("out", ["/dev/null/run", "/proc/version/run"])
+def test_train_out_that_cannot_be_created_is_a_one_line_error(out):
+    result = subprocess.run([sys.executable, "-m", "barter_mini.cli", "train", "--dataset", "digits",
+                             "--recipe", "smoke", "--out", out], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: cannot create the folder") and result.stderr.count("\n") == 1
