@@ -1,4 +1,4 @@
-"""Selection rules, the transfer schedule and 1,000 random updates (issue 2, section 5)."""
+"""Selection rules, the transfer schedule and 1,000 random updates."""
 
 import math
 

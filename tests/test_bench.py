@@ -1,4 +1,4 @@
-"""Measurement primitives and barter-mini bench (issue: efficiency)."""
+"""Measurement primitives and barter-mini bench."""
 
 import json
 

@@ -117,16 +117,16 @@ def test_fashion_mnist_val_plain_train_augmented(fashion_root):
     info = s.info
     torch.manual_seed(0)
     v1, v2 = s.val[3][0], s.val[3][0]
-    assert torch.equal(v1, v2)
+    torch.testing.assert_close(v1, v2, rtol=0, atol=0)
     # the val item is exactly the normalised raw image
     raw = s.val.dataset.data[s.val.indices[3]].float()
-    assert torch.allclose(_unnormalise(v1, info)[0], raw, atol=1e-3)
+    torch.testing.assert_close(_unnormalise(v1, info)[0], raw, rtol=1e-5, atol=1e-3)
     # the training view is augmented: repeated draws of one item differ
     draws = [s.train[0][0] for _ in range(10)]
     assert any(not torch.equal(draws[0], d) for d in draws[1:])
     # ... and augment=False turns that off
     plain = load_dataset("fashion-mnist", fashion_root, seed=0, augment=False)
-    assert torch.equal(plain.train[0][0], plain.train[0][0])
+    torch.testing.assert_close(plain.train[0][0], plain.train[0][0], rtol=0, atol=0)
 
 
 def test_fashion_mnist_prepared_from_small_debian_folder(tmp_path, monkeypatch):
@@ -144,7 +144,8 @@ def test_fashion_mnist_prepared_from_small_debian_folder(tmp_path, monkeypatch):
         x, y = s.test[k]
         assert y == int(arrays["t10k-labels-idx1-ubyte"][k])
         got = _unnormalise(x, s.info)[0]
-        assert torch.allclose(got, torch.from_numpy(arrays["t10k-images-idx3-ubyte"][k]).float(), atol=1e-3)
+        torch.testing.assert_close(got, torch.from_numpy(arrays["t10k-images-idx3-ubyte"][k]).float(),
+                                   rtol=1e-5, atol=1e-3)
     # the constant is honoured too, and the env var wins over it
     monkeypatch.delenv("BARTER_MINI_FASHION_MNIST_DEBIAN")
     monkeypatch.setattr(D, "FASHION_MNIST_DEBIAN_DIR", debian)
@@ -260,12 +261,13 @@ def test_cifar100_loader(cifar_root):
         assert tuple(x.shape) == (3, 32, 32) and y == test_fine[k]
         # CIFAR rows are 1024 red, 1024 green, 1024 blue values, each row-major 32 x 32
         expected = torch.from_numpy(test_data[k].reshape(3, 32, 32)).float()
-        assert torch.allclose(_unnormalise(x, s.info), expected, atol=1e-3)
+        torch.testing.assert_close(_unnormalise(x, s.info), expected, rtol=1e-5, atol=1e-3)
     train_data, train_fine = arrays["train"]
     i = s.val.indices[0]
     x, y = s.val[0]
     assert y == train_fine[i]
-    assert torch.allclose(_unnormalise(x, s.info), torch.from_numpy(train_data[i].reshape(3, 32, 32)).float(), atol=1e-3)
+    torch.testing.assert_close(_unnormalise(x, s.info), torch.from_numpy(train_data[i].reshape(3, 32, 32)).float(),
+                               rtol=1e-5, atol=1e-3)
     assert tuple(s.train[0][0].shape) == (3, 32, 32)
 
 
@@ -326,7 +328,8 @@ def test_tiny_imagenet_loader(tiny_root):
         x, y = s.val[k]
         assert tuple(x.shape) == (3, 64, 64)
         mean_rgb = _unnormalise(x, s.info).mean(dim=(1, 2))
-        assert torch.allclose(mean_rgb, torch.tensor(TINY_COLOURS[sorted(TINY_WNIDS)[y]], dtype=torch.float32), atol=4)
+        torch.testing.assert_close(mean_rgb, torch.tensor(TINY_COLOURS[sorted(TINY_WNIDS)[y]], dtype=torch.float32),
+                                   rtol=1e-5, atol=4)
     # test split = official val, labels from val_annotations.txt, greyscale converted to RGB
     for k, (fname, w) in enumerate(val):
         x, y = s.test[k]
@@ -370,7 +373,7 @@ def test_digits_splits():
 
     row = src[s.val.indices[0]]
     expected = torch.from_numpy(load_digits().images[row]).float() / 16.0
-    assert torch.allclose(_unnormalise(x, s.info)[0] / 255.0, expected, atol=1e-5)
+    torch.testing.assert_close(_unnormalise(x, s.info)[0] / 255.0, expected, rtol=1e-5, atol=1e-5)
     # the "official" test split is fixed, whatever the seed
     assert load_dataset("digits", seed=5).test.source_index == s.test.source_index
 
@@ -417,7 +420,7 @@ def test_make_loaders_shapes_and_seeded_order():
     assert tuple(x.shape) == (64, 1, 8, 8) and tuple(y.shape) == (64,)
     assert len(tr) == len(s.train) // 64  # drop_last
     assert sum(len(b[1]) for b in va) == len(s.val)  # val keeps every item, in order
-    assert torch.equal(torch.cat([b[1] for b in te]), torch.tensor(s.test.targets))
+    torch.testing.assert_close(torch.cat([b[1] for b in te]), torch.tensor(s.test.targets), rtol=0, atol=0)
     x2, y2 = next(iter(make_loaders(s, batch_size=64, seed=7)[0]))
     assert torch.equal(x, x2) and torch.equal(y, y2)
     x3, _ = next(iter(make_loaders(s, batch_size=64, seed=8)[0]))

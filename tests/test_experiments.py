@@ -1,4 +1,4 @@
-"""Tables of the from-scratch and ablation notebooks, on hand-made runs (issue: baselines)."""
+"""Tables of the from-scratch and ablation notebooks, on hand-made runs."""
 
 import math
 

@@ -168,7 +168,7 @@ def test_rigl_drops_smallest_and_grows_largest_gradient():
     counts = {n: int(m.sum()) for n, m in dst.masks().items()}
     record = _run_update(dst)
     new = dst.masks()[FC1]
-    assert torch.equal(new, (mask & ~dropped) | grown.view_as(mask))
+    torch.testing.assert_close(new, (mask & ~dropped) | grown.view_as(mask), rtol=0, atol=0)
     assert record["fraction"] == pytest.approx(0.225)
     assert record["dropped"][FC1] == record["grown"][FC1] == 11
     assert {n: int(m.sum()) for n, m in dst.masks().items()} == counts      # per tensor, exactly
@@ -223,7 +223,8 @@ def test_snfs_redistributes_by_momentum_and_grows_by_momentum():
     new = dst.masks()[FC1].flatten()
     assert int(new.sum()) == 24 - 5 + 55
     top = inactive[torch.topk(dense[inactive], 55).indices]
-    assert torch.equal(torch.nonzero(new & ~mask).flatten().sort().values, top.sort().values)
+    torch.testing.assert_close(torch.nonzero(new & ~mask).flatten().sort().values, top.sort().values,
+                               rtol=0, atol=0)
 
 
 def test_snfs_dense_momentum_matches_adam_state_on_active_weights():
@@ -237,7 +238,7 @@ def test_snfs_dense_momentum_matches_adam_state_on_active_weights():
         mask = dst.masks()[t.name]
         ema = dst._moments[t.name]
         state = opt.state[t.param]
-        assert torch.allclose(ema["exp_avg"][mask], state["exp_avg"][mask], atol=1e-7)
+        torch.testing.assert_close(ema["exp_avg"][mask], state["exp_avg"][mask], rtol=1e-5, atol=1e-7)
         assert (state["exp_avg"][~mask] == 0).all()
         assert (ema["exp_avg"][~mask] != 0).any()          # the dense history the optimizer lacks
 
@@ -275,14 +276,14 @@ def test_srigl_ablates_the_unsalient_row_and_keeps_constant_fan_in():
     w.grad = grads.clone()
     record = _run_update(dst)
     new = dst.masks()[FC1]
-    assert torch.equal(new, expected)
+    torch.testing.assert_close(new, expected, rtol=0, atol=0)
     assert dst.ablated[FC1].tolist() == [True] + [False] * 11
     assert record["fan_in"][FC1] == 4 and record["ablated_rows"][FC1] == 1
     for t in masked_tensors(model):                     # constant fan-in everywhere
         m, k = dst.masks()[t.name], dst.fan_in[t.name]
         counts = m.sum(dim=1)
         assert ((counts == k) | (counts == 0)).all()
-        assert torch.equal(counts == 0, dst.ablated[t.name])
+        torch.testing.assert_close(counts == 0, dst.ablated[t.name], rtol=0, atol=0)
 
 
 def test_srigl_keeps_enough_rows_for_its_budget():
@@ -344,8 +345,8 @@ def test_s2vite_hand_made_heads_and_neurons():
         drop, grow = on[taylor[on].argmin()], off[gnorm[off].argmax()]
         assert gnorm[off].min() > 0                               # masked heads still get a signal
         mine = dst.head_scores(layer)
-        assert torch.allclose(mine[0], taylor, rtol=1e-4, atol=1e-12)
-        assert torch.allclose(mine[1], gnorm, rtol=1e-4, atol=1e-12)
+        torch.testing.assert_close(mine[0], taylor, rtol=1e-4, atol=1e-12)
+        torch.testing.assert_close(mine[1], gnorm, rtol=1e-4, atol=1e-12)
         expected = heads_before[layer].clone()
         expected[drop], expected[grow] = False, True
         expected_heads.append(expected)
@@ -369,7 +370,7 @@ def test_s2vite_hand_made_heads_and_neurons():
     record = dst.after_step(100)
     assert record["fraction"] == pytest.approx(0.25 * (1 + math.cos(math.pi * 100 / 320)))
     assert [torch.equal(m, e) for m, e in zip(dst.head_masks, expected_heads)] == [True, True]
-    assert torch.equal(dst.ffn_masks[0], expected_ffn)
+    torch.testing.assert_close(dst.ffn_masks[0], expected_ffn, rtol=0, atol=0)
     assert dst.allocation().heads == (2, 2) and dst.allocation().ffn == (6, 6)
     assert [len(u["dropped"]) for u in record["units"]["heads"]] == [1, 1]
     assert [len(u["grown"]) for u in record["units"]["ffn"]] == [2, 2]

@@ -40,7 +40,7 @@ def test_pruning_score_is_the_taylor_importance_of_the_unit_activation(tiny_conf
             per_unit = per_unit.view(-1, model.blocks[i].attn.head_dim).sum(1)
         expected = per_unit.square()
         layer_stats = stats.layers[kind][i]
-        assert torch.allclose(layer_stats.pruning_scores(), expected, rtol=1e-4, atol=1e-12)
+        torch.testing.assert_close(layer_stats.pruning_scores(), expected, rtol=1e-4, atol=1e-12)
         assert (layer_stats.age == 1).all()
 
 
@@ -54,9 +54,9 @@ def test_growth_score_is_the_input_gradient_energy(tiny_config):
     g = block.attn.qkv.weight.grad
     heads, d = block.attn.num_heads, block.attn.head_dim
     expected = g.square().sum(1).view(3, heads, d).sum(dim=(0, 2))
-    assert torch.allclose(stats.layers["heads"][1].growth_scores(), expected, rtol=1e-5)
+    torch.testing.assert_close(stats.layers["heads"][1].growth_scores(), expected, rtol=1e-5, atol=1e-8)
     expected_ffn = block.mlp.fc1.weight.grad.square().sum(1)
-    assert torch.allclose(stats.layers["ffn"][1].growth_scores(), expected_ffn, rtol=1e-5)
+    torch.testing.assert_close(stats.layers["ffn"][1].growth_scores(), expected_ffn, rtol=1e-5, atol=1e-8)
 
 
 def test_ema_and_bias_correction_over_steps(tiny_config):
@@ -71,7 +71,8 @@ def test_ema_and_bias_correction_over_steps(tiny_config):
     ema = torch.zeros_like(observed[0])
     for value in observed:
         ema = 0.5 * ema + 0.5 * value
-    assert torch.allclose(stats.layers["ffn"][0].pruning_scores(), ema / (1 - 0.5 ** 3), rtol=1e-4)
+    torch.testing.assert_close(stats.layers["ffn"][0].pruning_scores(), ema / (1 - 0.5 ** 3),
+                               rtol=1e-4, atol=1e-8)
     assert (stats.layers["ffn"][0].age == 3).all()
 
 

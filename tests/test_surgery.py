@@ -1,4 +1,4 @@
-"""Prune/clone surgery on timm modules and the optimizer-state remap (issue 2, section 5)."""
+"""Prune/clone surgery on timm modules and the optimizer-state remap."""
 
 import copy
 
@@ -34,7 +34,7 @@ def test_clone_preserves_the_function(tiny_config, kind, layer, parents):
           alpha=0.3, symmetry_noise=0.0)
     with torch.no_grad():
         after = model(x)
-    assert torch.allclose(before, after, atol=1e-5)
+    torch.testing.assert_close(before, after, rtol=1e-5, atol=1e-5)
     counts = model.allocation().heads if kind == "heads" else model.allocation().ffn
     assert counts[layer] == (3 if kind == "heads" else 5) + len(parents)
     assert_in_sync(model, optimizer)
@@ -62,13 +62,17 @@ def test_split_remaps_adam_moments(tiny_config, alpha):
     (_, s_in), (_, s_out) = old["in"], old["out"]
     # input row: first moment x s, second moment x s^2 (parent s = alpha, clone s = 1 - alpha)
     for row, s in ((1, alpha), (3, 1 - alpha)):
-        assert torch.allclose(optimizer.state[fc1]["exp_avg"][row], s * s_in["exp_avg"][1])
-        assert torch.allclose(optimizer.state[fc1]["exp_avg_sq"][row], s ** 2 * s_in["exp_avg_sq"][1])
-        assert torch.equal(optimizer.state[fc2]["exp_avg"][:, row], s_out["exp_avg"][:, 1])
-        assert torch.equal(optimizer.state[fc2]["exp_avg_sq"][:, row], s_out["exp_avg_sq"][:, 1])
-    assert torch.equal(optimizer.state[fc1]["step"], s_in["step"])
+        torch.testing.assert_close(optimizer.state[fc1]["exp_avg"][row], s * s_in["exp_avg"][1],
+                                   rtol=1e-5, atol=1e-8)
+        torch.testing.assert_close(optimizer.state[fc1]["exp_avg_sq"][row], s ** 2 * s_in["exp_avg_sq"][1],
+                                   rtol=1e-5, atol=1e-8)
+        torch.testing.assert_close(optimizer.state[fc2]["exp_avg"][:, row], s_out["exp_avg"][:, 1],
+                                   rtol=0, atol=0)
+        torch.testing.assert_close(optimizer.state[fc2]["exp_avg_sq"][:, row], s_out["exp_avg_sq"][:, 1],
+                                   rtol=0, atol=0)
+    torch.testing.assert_close(optimizer.state[fc1]["step"], s_in["step"], rtol=0, atol=0)
     # untouched units keep their state exactly
-    assert torch.equal(optimizer.state[fc1]["exp_avg"][0], s_in["exp_avg"][0])
+    torch.testing.assert_close(optimizer.state[fc1]["exp_avg"][0], s_in["exp_avg"][0], rtol=0, atol=0)
 
 
 def test_split_gradients_match_the_remapped_moments(tiny_config):
@@ -86,11 +90,13 @@ def test_split_gradients_match_the_remapped_moments(tiny_config):
     def rows(grad, head, total):
         return torch.cat([grad[(s * total + head) * d:(s * total + head + 1) * d] for s in range(3)])
 
-    assert torch.allclose(rows(block.attn.qkv.weight.grad, 1, heads), 0.3 * rows(g_in, 1, 2), atol=1e-6)
-    assert torch.allclose(rows(block.attn.qkv.weight.grad, 2, heads), 0.7 * rows(g_in, 1, 2), atol=1e-6)
+    torch.testing.assert_close(rows(block.attn.qkv.weight.grad, 1, heads), 0.3 * rows(g_in, 1, 2),
+                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(rows(block.attn.qkv.weight.grad, 2, heads), 0.7 * rows(g_in, 1, 2),
+                               rtol=1e-5, atol=1e-6)
     for head in (1, 2):
-        assert torch.allclose(block.attn.proj.weight.grad[:, head * d:(head + 1) * d],
-                              g_out[:, d:2 * d], atol=1e-6)
+        torch.testing.assert_close(block.attn.proj.weight.grad[:, head * d:(head + 1) * d], g_out[:, d:2 * d],
+                                   rtol=1e-5, atol=1e-6)
 
 
 def test_prune_removes_units_and_their_state(tiny_config):
@@ -100,8 +106,8 @@ def test_prune_removes_units_and_their_state(tiny_config):
     kept_state = optimizer.state[block.mlp.fc1.weight]["exp_avg"][[0, 2, 5, 6, 7]].clone()
     prune(block, "ffn", [1, 3, 4], stats.layers["ffn"][1], optimizer)
     assert block.mlp.fc1.weight.shape[0] == 5 and block.mlp.fc2.weight.shape[1] == 5
-    assert torch.equal(block.mlp.fc1.weight.detach(), kept_rows)
-    assert torch.equal(optimizer.state[block.mlp.fc1.weight]["exp_avg"], kept_state)
+    torch.testing.assert_close(block.mlp.fc1.weight.detach(), kept_rows, rtol=0, atol=0)
+    torch.testing.assert_close(optimizer.state[block.mlp.fc1.weight]["exp_avg"], kept_state, rtol=0, atol=0)
     assert_in_sync(model, optimizer)
     train_step(model, optimizer, x, y)  # still trains
 
@@ -175,7 +181,7 @@ def test_step_after_update_equals_step_of_a_fresh_model(tiny_config, optimizer_c
     train_step(model, optimizer, x2, y2)
     train_step(fresh, fresh_optimizer, x2, y2)
     for (name, a), b in zip(model.named_parameters(), fresh.parameters()):
-        assert torch.allclose(a, b, atol=1e-6), name
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
 
 
 def test_lr_scheduler_keeps_driving_the_new_tensors(tiny_config):

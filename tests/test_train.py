@@ -1,4 +1,4 @@
-"""End-to-end training through the command line (issue 2, section 6)."""
+"""End-to-end training through the command line."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""Notebook profiles: how much compute a notebook spends (issue: the book).
+"""Notebook profiles: how much compute a notebook spends.
 
 ``quick``  CPU-sized: meaningful figures on Fashion-MNIST in minutes on two cores.
 ``smoke``  seconds: a few hundred images, for tests of the notebooks and the book.
