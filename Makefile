@@ -6,10 +6,11 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-stamp
 PROFILE ?= quick
+LAB_ARGS ?=
 FASHION_DEBIAN := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install system-book system-test data test book clean
+.PHONY: install system-book system-test data test book lab clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +47,14 @@ test: system-test data
 
 book: system-book data
 	$(VENV)/bin/barter-mini book --profile $(PROFILE)
+
+# The notebooks in JupyterLab, on the venv's python3 kernel (the kernel every notebook names).
+# On a headless machine: make lab LAB_ARGS="--no-browser --ip 127.0.0.1 --port 8888"
+# (JupyterLab refuses to run as root unless told: containers often are root.)
+# Saving a notebook there writes its outputs into notebooks/: strip them before committing.
+LAB_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+lab: data
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(LAB_ROOT) $(LAB_ARGS)
 
 clean:
 	rm -rf _build .pytest_cache .hypothesis

@@ -10,7 +10,9 @@ Every page of ``_toc.yml`` must load with no failed request (network error or HT
 >= 400), no request to any host but 127.0.0.1 (the book must work fully offline), no
 console error, no uncaught exception, no broken image and no internal link to a missing file; the method page must have math
 typeset by the locally served MathJax. The theme's next/previous links must walk the table
-of contents in order, and the search page must find "clone".
+of contents in order, and the search page must find "clone". On a 1280-pixel-wide screen no
+table of the from-scratch, ablation and efficiency chapters may be wider than the content
+column.
 
 Fixture names (``book_html``, ``book_url``, ``chromium_browser``, ``tab``) deliberately
 differ from pytest-playwright's ``browser``/``page``/``base_url``, so that plugin, when
@@ -349,3 +351,44 @@ def test_search_finds_clone(tab, book_url):
     assert found & wanted, f"the search for 'clone' links none of {sorted(wanted)}; results: {hrefs}"
     problems = recorder.report()
     assert not problems, f"search.html?q=clone: {problems}"
+
+
+#: chapters with wide tables, checked on a 1280 x 800 screen
+TABLE_PAGES = ("notebooks/02_from_scratch.html", "notebooks/03_ablations.html", "notebooks/04_efficiency.html")
+TABLE_WIDTHS_JS = """() => {
+    const article = document.querySelector("article.bd-article");
+    const style = getComputedStyle(article);
+    const column = article.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    const tables = Array.from(article.querySelectorAll("table")).map(table => {
+        const scroller = table.closest(".output, .cell_output") || table.parentElement;
+        return {width: table.getBoundingClientRect().width,
+                overflow: scroller.scrollWidth - scroller.clientWidth,
+                header: Array.from(table.querySelectorAll("thead th")).map(th => th.innerText.trim())
+                             .filter(Boolean).slice(0, 5).join(" | ")};
+    });
+    return {page: document.documentElement.scrollWidth, column, tables};
+}"""
+
+
+def test_tables_fit_the_content_column_at_1280_pixels(chromium_browser, book_url, book_pages):
+    """No table is wider than the content column (none needs a scroll bar), nor the page wider
+    than the screen, in the chapters whose tables used to run off it."""
+    context = chromium_browser.new_context(viewport={"width": 1280, "height": 800})
+    context.set_default_timeout(TIMEOUT_MS)
+    try:
+        tab = context.new_page()
+        issues = []
+        for path in TABLE_PAGES:
+            assert path in book_pages, f"{path} is not a page of the book: {book_pages}"
+            tab.goto(book_url + path, wait_until="load")
+            tab.wait_for_load_state("networkidle")
+            found = tab.evaluate(TABLE_WIDTHS_JS)
+            assert len(found["tables"]) >= 3, f"{path}: expected its tables, found {found['tables']}"
+            if found["page"] > 1280:
+                issues.append(f"{path}: the page is {found['page']} px wide")
+            issues += [f"{path}: table [{t['header']}] is {t['width']:.0f} px wide, the column "
+                       f"{found['column']:.0f} px (overflow {t['overflow']} px)"
+                       for t in found["tables"] if t["width"] > found["column"] + 1 or t["overflow"] > 1]
+        assert not issues, "; ".join(issues)
+    finally:
+        context.close()

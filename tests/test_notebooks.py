@@ -41,6 +41,36 @@ def test_parameters_are_declared_typed_and_explained(notebook):
         assert f"`{name}`" in text, f"{name} is not listed on the page"
 
 
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_stripped_on_the_python3_kernel_and_openable_in_lab(notebook):
+    nb = nbformat.read(notebook, as_version=4)
+    assert nb.metadata.kernelspec.name == "python3"
+    assert all(c.get("execution_count") is None for c in nb.cells if c.cell_type == "code"), "store notebooks stripped"
+    # the rerun box also says how to open the notebook interactively
+    intro = nb.cells[0].source
+    start = intro.index("```{admonition} Rerun this notebook")
+    box = intro[start:intro.index("\n```", start)]
+    assert "make lab" in box and "parameters cell" in box, f"{notebook.name}: the rerun box does not mention make lab"
+
+
+#: what a notebook must leave to barter_mini (a run's configuration, a palette, the update's
+#: selection loops, a function of its own), and per notebook what it must call instead
+NOT_IN_A_NOTEBOOK = ("RunConfig(", "color_palette", "\ndef ", "select_donors(", "select_receiver(")
+NOT_IN = {"04_efficiency.ipynb": (".merge(",)}
+CALLS = {"01_walkthrough.ipynb": ("walkthrough_run(", "donors_and_parents("),
+         "02_from_scratch.ipynb": ("readable(runs",),
+         "04_efficiency.ipynb": ("compute_beside_paper(", "readable(beside", "readable(updates")}
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebooks_stay_thin(notebook):
+    code = "\n" + "\n".join(c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code")
+    found = [pattern.strip() for pattern in NOT_IN_A_NOTEBOOK + NOT_IN.get(notebook.name, ()) if pattern in code]
+    assert not found, f"{notebook.name} computes inline what belongs in barter_mini: {found}"
+    missing = [call for call in CALLS.get(notebook.name, ()) if call not in code]
+    assert not missing, f"{notebook.name} no longer calls {missing}"
+
+
 def run_with(notebook, tmp_path, **parameters):
     with pytest.raises(papermill.PapermillExecutionError) as info:
         papermill.execute_notebook(str(notebook), str(tmp_path / "out.ipynb"), kernel_name="python3",

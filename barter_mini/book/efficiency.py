@@ -1,5 +1,5 @@
-"""The efficiency notebook's measurement sizes and its Table 2 comparison (pandas side of
-``barter-mini bench``, whose rows it reads)."""
+"""The efficiency notebook's measurement sizes, its compute table beside the paper's and its
+Table 2 comparison (pandas side of ``barter-mini bench``, whose rows it reads)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,35 @@ BENCH_PROFILES = {
     "paper": BenchProfile((("cct-paper", 128), ("vit-paper", 256)), steps=20, warmup=5, segment_steps=50,
                           update_samples=5),
 }
+
+
+#: per model, the paper's table of training GFLOPs per image and exported parameters (M) in
+#: ``data/paper`` and its name. Only the model a table reports is compared with it: Table 15
+#: is CCT on CIFAR-100. ViT's compute table (Table 9, ViT on Tiny-ImageNet) is not among our
+#: transcriptions, so ViT's paper cells stay blank, as do those of models the paper does not
+#: train (cct-mini).
+PAPER_COMPUTE_TABLES = {"cct-paper": ("table15_compute_and_size_cct", "Table 15")}
+
+
+def compute_beside_paper(rows, methods=("static", "barter")) -> pd.DataFrame:
+    """Our compute and size rows of ``methods`` beside the paper's numbers for the same model.
+
+    ``rows`` are :func:`~barter_mini.measure.bench.compute_and_size_rows` (or bench) rows
+    of any models. Added columns: ``params_m`` (exported parameters, millions), and
+    ``paper_train_gflops_per_image``, ``paper_params_m`` and ``paper_table`` from the
+    paper's table for that row's model (:data:`PAPER_COMPUTE_TABLES`), matched on model,
+    method and density: blank where the paper reports no number for that model.
+    """
+    frame = pd.DataFrame(rows)
+    frame = frame[frame["method"].isin(list(methods))].reset_index(drop=True)
+    frame["params_m"] = frame["params"] / 1e6
+    paper = pd.concat(
+        [read_paper_table(name)[["method", "density", "train_gflops_per_image", "params_m"]]
+         .assign(model=model, paper_table=label) for model, (name, label) in PAPER_COMPUTE_TABLES.items()],
+        ignore_index=True).rename(columns={"train_gflops_per_image": "paper_train_gflops_per_image",
+                                           "params_m": "paper_params_m"})
+    merged = frame.merge(paper, on=["model", "method", "density"], how="left", validate="many_to_one")
+    return merged
 
 
 def iphone_comparison(rows: list[dict], density: float = 0.3) -> pd.DataFrame:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import colorsys
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -10,6 +12,7 @@ import seaborn as sns
 from ..core.barter import BarterSettings, TransferSchedule
 from ..core.budgets import PAPER_TABLE3, compute_budget, initial_allocation
 from ..core.configs import get_model_config
+from ..errors import BarterError
 from .experiments import final_allocations
 
 
@@ -36,6 +39,69 @@ def budget_table(densities=(0.1, 0.3, 0.5, 0.7), models=("cct-paper", "vit-paper
 def _span(counts) -> str:
     low, high = min(counts), max(counts)
     return f"{low}" if low == high else f"{low}-{high}"
+
+
+def readable(frame: pd.DataFrame, columns: dict[str, str], decimals: int | dict[str, int] = 2) -> pd.DataFrame:
+    """The columns of ``frame`` a reader needs, under readable headers and rounded, to display
+    on a page (write the full ``frame`` to the CSV file, not this).
+
+    ``columns`` maps each column to show to its header, in the order shown. ``decimals``
+    rounds every float column to that many decimals (an int) or only the columns named in
+    a dict (keyed by ``frame``'s column names). A missing value (no number there) shows as
+    a blank cell, and the rest of its column then as text with the same decimals. An
+    unnamed index (row numbers) is renumbered from 0; a named one, such as a pivot
+    table's ``method``, is kept.
+    """
+    missing = [name for name in columns if name not in frame.columns]
+    if missing:
+        raise BarterError(f"no column {', '.join(map(repr, missing))} to show: the frame has "
+                          f"{', '.join(map(str, frame.columns))}")
+    shown = frame[list(columns)].copy()
+    floats = [name for name in columns if pd.api.types.is_float_dtype(shown[name])]
+    rounding = ({name: decimals for name in floats} if not isinstance(decimals, dict)
+                else {name: places for name, places in decimals.items() if name in columns})
+    shown = shown.round(rounding)
+    for name in floats:
+        if shown[name].isna().any():
+            places = rounding.get(name)
+            shown[name] = ["" if pd.isna(v) else f"{v:.{places}f}" if places is not None else f"{v:g}"
+                           for v in shown[name]]
+    if frame.index.names == [None]:
+        shown = shown.reset_index(drop=True)
+    return shown.rename(columns=columns)
+
+
+# Headers break at spaces: a page's content column is under 700 pixels wide on a 1280-pixel
+# screen, and a header such as "train_gflops_per_image" cannot wrap.
+
+#: the from-scratch runs on the page (the CSV keeps validation scores and FFN channels)
+RUN_COLUMNS = {"method": "method", "density": "density", "seed": "seed", "acc": "Top-1 (%)",
+               "f1": "macro-F1 (%)", "wall_time_s": "wall time (s)", "params": "params",
+               "heads": "heads per layer"}
+#: compute and size beside the paper (from :func:`~barter_mini.book.efficiency.compute_beside_paper`)
+COMPUTE_COLUMNS = {"model": "model", "method": "method", "density": "density",
+                   "train_gflops_per_image": "GFLOPs per image",
+                   "paper_train_gflops_per_image": "paper GFLOPs per image",
+                   "params_m": "params (M)", "paper_params_m": "paper params (M)",
+                   "counted_train_gflops_per_image": "counted GFLOPs (fwd + bwd)"}
+#: BARTER against RigL per density (from :func:`barter_mini.measure.bench.ratios`)
+RATIO_COLUMNS = {"density": "density", "speedup": "speedup per step", "ideal_speedup": "FLOPs-ideal speedup",
+                 "efficiency": "efficiency", "epoch_speedup": "speedup per epoch",
+                 "memory_fraction": "memory share", "update_percent_of_training": "updates (% of training)"}
+#: the topology updates' cost per method and density (bench rows)
+UPDATE_COST_COLUMNS = {"method": "method", "density": "density", "update_ms": "ms/update",
+                       "updates_per_schedule": "updates per schedule", "update_s_per_schedule": "s per schedule",
+                       "update_ms_per_step": "ms/step", "update_percent_of_training": "% of training"}
+#: decimals of the update-cost table: BARTER's per-step costs are hundredths of a millisecond
+UPDATE_COST_DECIMALS = {"update_ms": 2, "update_s_per_schedule": 3, "update_ms_per_step": 4,
+                        "update_percent_of_training": 4}
+#: the paper's Tables 16 and 17 (transfer multiplier and update cost, ViT)
+TRANSFER_COST_COLUMNS = {"multiplier": "multiplier", "head_transfers": "head transfers",
+                         "ffn_transfers": "FFN transfers", "update_ms_per_step": "ms/step",
+                         "update_s_per_schedule": "s per schedule"}
+#: Figure 1's points (from :func:`~barter_mini.book.experiments.accuracy_beside_step_time`)
+STEP_TIME_COLUMNS = {"method": "method", "density": "density", "step_ms": "ms/step", "acc": "Top-1 (%)",
+                     "runs": "runs"}
 
 
 def plot_training_curves(metrics: dict, ax=None):
@@ -80,10 +146,44 @@ def plot_allocation_heatmaps(metrics: dict):
     return fig
 
 
-#: one colour per method, shared by every figure of the book
+#: the book's methods, in the order of its tables and legends
 METHOD_ORDER = ("dense", "set", "snfs", "rigl", "srigl", "s2vite", "static",
                 "random-receiver", "random-donor", "random-pair", "barter")
-METHOD_PALETTE = dict(zip(METHOD_ORDER, sns.color_palette("tab10", 10) + [(0.85, 0.37, 0.0)]))
+#: BARTER's colour: a fully saturated red, alone in its part of the hue circle
+BARTER_COLOR = (0.94, 0.0, 0.0)
+#: dense, the full-density reference, is the one grey
+DENSE_COLOR = (0.3, 0.3, 0.3)
+#: hue (degrees) kept clear on either side of BARTER's red
+BARTER_HUE_GAP = 45.0
+#: (method, HLS lightness, HLS saturation) of the other methods, in hue order from
+#: BARTER_HUE_GAP to 360 - BARTER_HUE_GAP. Neighbours alternate light and dark, and methods
+#: drawn in the same figures (the from-scratch baselines, static) are not all side by side.
+_HUE_CIRCLE = (("static", 0.45, 0.80), ("random-pair", 0.32, 0.65), ("rigl", 0.45, 0.60),
+               ("srigl", 0.28, 0.65), ("random-receiver", 0.38, 0.65), ("set", 0.48, 0.65),
+               ("snfs", 0.32, 0.55), ("random-donor", 0.55, 0.50), ("s2vite", 0.42, 0.60))
+
+
+def _method_palette() -> dict[str, tuple[float, float, float]]:
+    """One RGB colour per method of :data:`METHOD_ORDER`.
+
+    BARTER is pure, saturated red; every other method but dense gets its own hue, evenly
+    spaced over the rest of the circle (270 / 8 = 33.75 degrees apart), so no two methods
+    share a hue and BARTER's nearest neighbour is further from it (45 degrees) than any
+    other method's. Dense, a reference line, is grey.
+    """
+    span = 360.0 - 2 * BARTER_HUE_GAP
+    step = span / (len(_HUE_CIRCLE) - 1)
+    palette = {"dense": DENSE_COLOR, "barter": BARTER_COLOR}
+    for i, (method, lightness, saturation) in enumerate(_HUE_CIRCLE):
+        hue = (BARTER_HUE_GAP + i * step) / 360.0
+        palette[method] = tuple(round(c, 4) for c in colorsys.hls_to_rgb(hue, lightness, saturation))
+    return {method: palette[method] for method in METHOD_ORDER}
+
+
+#: one colour per method, shared by every figure of the book: BARTER pure red, 45 degrees of
+#: hue clear on either side; the others 33.75 degrees apart over the rest of the circle;
+#: dense grey
+METHOD_PALETTE = _method_palette()
 
 
 def _rows_per_method(frame: pd.DataFrame, sort_by: str, among=None):

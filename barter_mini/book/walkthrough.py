@@ -1,18 +1,31 @@
-"""Helpers for the walkthrough notebook: a briefly trained model to operate on."""
+"""Helpers for the walkthrough notebook: a briefly trained model to operate on, one topology
+update taken apart into its steps (with the scores behind each choice), and the notebook's
+training run."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import cycle, islice
 
+import pandas as pd
 import torch
 from torch import nn
 
+from ..core.barter import prune_donors, receiver_room, select_donors, select_parents, select_receiver
 from ..core.configs import get_model_config
-from ..training.data import load_dataset, make_loaders
 from ..core.models import CompactTransformer, build_model
+from ..core.unit_statistics import LayerStatistics, UnitStatistics
+from ..errors import BarterError
+from ..training.data import load_dataset, make_loaders
+from ..training.trainer import RunConfig, parameter_groups, seed_everything
+from .experiments import profile_run
 from .profiles import Profile
-from ..core.unit_statistics import UnitStatistics
-from ..training.trainer import parameter_groups, seed_everything
+
+#: what the walkthrough shows of its training run (``training_run.json`` adds the
+#: allocation history)
+RUN_SUMMARY_KEYS = ("method", "model", "dataset", "density", "seed", "epochs", "val_acc", "test_acc",
+                    "test_macro_f1", "wall_time_s", "transfers_planned", "transfers_executed", "params",
+                    "train_gflops_per_image")
 
 
 def warmed_up_model(profile: Profile, density: float, seed: int = 0, steps: int = 30,
@@ -37,3 +50,69 @@ def warmed_up_model(profile: Profile, density: float, seed: int = 0, steps: int 
         optimizer.step()
     probe = next(iter(loader))[0][:32]
     return model.eval(), optimizer, statistics, probe
+
+
+def layer_scores(stats: list[LayerStatistics], counts: list[int]) -> pd.DataFrame:
+    """Per layer: its units, its growth priority ``P_l`` (which picks the receiver) and its
+    lowest pruning score (where the donors come from)."""
+    return pd.DataFrame({"channels": counts,
+                         "growth priority (mean pruning score)": [s.growth_priority() for s in stats],
+                         "lowest pruning score": [float(s.pruning_scores().min()) for s in stats]},
+                        index=pd.Index(range(len(counts)), name="layer"))
+
+
+def receiver_and_k(stats: list[LayerStatistics], counts: list[int], full_width: int,
+                   most: int = 4) -> tuple[int, int]:
+    """Step 1: the receiving layer (:func:`~barter_mini.core.barter.select_receiver`) and how
+    many units ``k`` move into it: at most ``most``, and no more than it has room for
+    (:func:`~barter_mini.core.barter.receiver_room`)."""
+    receiver = select_receiver(stats, counts, full_width)
+    if receiver is None:
+        raise BarterError("no layer can receive a unit: every layer is at full width or has no statistics")
+    return receiver, receiver_room(counts, receiver, full_width, most)
+
+
+def donors_and_parents(stats: list[LayerStatistics], counts: list[int], receiver: int, k: int,
+                       min_age: int = 1) -> tuple[list[tuple[int, int]], list[int], pd.DataFrame]:
+    """Steps 2 and 3: the donors (:func:`~barter_mini.core.barter.select_donors`, ``(layer,
+    unit)`` pairs outside the receiver) and the receiver's parents
+    (:func:`~barter_mini.core.barter.select_parents`, one per donor found).
+
+    Returns ``(donors, parents, table)``; the table explains the choice with one row per
+    unit: its role, layer, index and its pruning and growth scores.
+    """
+    donors = select_donors(stats, counts, receiver, k, min_age=min_age)
+    parents = select_parents(stats[receiver], len(donors))
+    units = [("donor", layer, unit) for layer, unit in donors] + [("parent", receiver, unit) for unit in parents]
+    table = pd.DataFrame({
+        "role": [role for role, _, _ in units],
+        "layer": [layer for _, layer, _ in units],
+        "unit": [unit for _, _, unit in units],
+        "pruning score": [float(stats[layer].pruning_scores()[unit]) for _, layer, unit in units],
+        "growth score": [float(stats[layer].growth_scores()[unit]) for _, layer, unit in units],
+    })
+    return donors, parents, table
+
+
+def moment_norms(state_before: dict, state_after: dict, parent: int, clone: int) -> pd.DataFrame:
+    """Norms of Adam's moments of a parent's row before a clone, and of the parent's and its
+    clone's rows after it, beside the factors the remap applies (``alpha = 0.5``)."""
+    moments = (("exp_avg", "exp_avg (first moment)"), ("exp_avg_sq", "exp_avg_sq (second moment)"))
+    return pd.DataFrame({
+        "tensor": [label for _, label in moments],
+        "parent before": [state_before[key][parent].norm().item() for key, _ in moments],
+        "parent after": [state_after[key][parent].norm().item() for key, _ in moments],
+        "clone after": [state_after[key][clone].norm().item() for key, _ in moments],
+        "expected factor": ["alpha = 0.5", "alpha^2 = 0.25"],
+    })
+
+
+def walkthrough_run(setup: Profile, density: float, seed: int) -> RunConfig:
+    """The walkthrough's BARTER run: the profile's run (:func:`~barter_mini.book.experiments.profile_run`)
+    on the profile's own training subset rather than the grids' smaller one."""
+    return replace(profile_run(setup, "barter", density, seed), train_subset=setup.train_subset)
+
+
+def run_summary(metrics: dict) -> dict:
+    """The entries of a run's metrics that the walkthrough shows (:data:`RUN_SUMMARY_KEYS`)."""
+    return {key: metrics[key] for key in RUN_SUMMARY_KEYS}

@@ -256,11 +256,22 @@ class Transfer:
         return len(self.parents)
 
 
-def transfer_units(model: nn.Module, kind: str, k: int, statistics: UnitStatistics,
-                   optimizer: torch.optim.Optimizer | None, settings: BarterSettings,
-                   rng: np.random.Generator | None = None,
-                   generator: torch.Generator | None = None) -> Transfer:
-    """Move up to ``k`` units of ``kind`` into the receiving layer (steps 1-4 above)."""
+def receiver_room(counts: list[int], receiver: int, full_width: int, k: int) -> int:
+    """How many of ``k`` units the receiver can take: no more than it lacks of full width,
+    and no more than it holds (every clone needs its own parent)."""
+    return min(k, full_width - counts[receiver], counts[receiver])
+
+
+def prune_donors(model: nn.Module, kind: str, donors: list[tuple[int, int]], stats: list[LayerStatistics],
+                 optimizer: torch.optim.Optimizer | None) -> None:
+    """:func:`prune` the ``(layer, unit)`` donors, one surgery per layer that gives units."""
+    for layer in sorted({layer for layer, _ in donors}):
+        prune(model.blocks[layer], kind, [u for at, u in donors if at == layer], stats[layer], optimizer)
+
+
+def plan_transfer(model: nn.Module, kind: str, k: int, statistics: UnitStatistics, settings: BarterSettings,
+                  rng: np.random.Generator | None = None) -> Transfer:
+    """Steps 1-3: choose the receiver, up to ``k`` donors and as many parents; change nothing."""
     record = Transfer(kind=kind, scheduled=k)
     if k <= 0:
         return record
@@ -270,17 +281,36 @@ def transfer_units(model: nn.Module, kind: str, k: int, statistics: UnitStatisti
     receiver = select_receiver(stats, counts, full, rng if settings.random_receiver else None)
     if receiver is None:
         return record
-    k = min(k, full - counts[receiver], counts[receiver])
-    donors = select_donors(stats, counts, receiver, k, settings.protected_steps,
-                           rng if settings.random_donor else None)
-    if not donors:
-        return record
-    parents = select_parents(stats[receiver], len(donors))
-    for layer in sorted({layer for layer, _ in donors}):
-        prune(model.blocks[layer], kind, [u for l, u in donors if l == layer], stats[layer], optimizer)
-    clone(model.blocks[receiver], kind, parents, stats[receiver], optimizer,
+    donors = select_donors(stats, counts, receiver, receiver_room(counts, receiver, full, k),
+                           settings.protected_steps, rng if settings.random_donor else None)
+    if donors:
+        record.receiver, record.donors = receiver, donors
+        record.parents = select_parents(stats[receiver], len(donors))
+    return record
+
+
+def apply_transfer(model: nn.Module, record: Transfer, statistics: UnitStatistics,
+                   optimizer: torch.optim.Optimizer | None, settings: BarterSettings,
+                   generator: torch.Generator | None = None) -> None:
+    """Step 4: prune the planned donors, then clone the planned parents in the receiver.
+
+    Pruning first keeps the receiver's unit indices valid: donors never lie in the receiver.
+    """
+    if not record.executed:
+        return
+    stats = statistics.layers[record.kind]
+    prune_donors(model, record.kind, record.donors, stats, optimizer)
+    clone(model.blocks[record.receiver], record.kind, record.parents, stats[record.receiver], optimizer,
           settings.split_alpha, settings.symmetry_noise, generator)
-    record.receiver, record.donors, record.parents = receiver, donors, parents
+
+
+def transfer_units(model: nn.Module, kind: str, k: int, statistics: UnitStatistics,
+                   optimizer: torch.optim.Optimizer | None, settings: BarterSettings,
+                   rng: np.random.Generator | None = None,
+                   generator: torch.Generator | None = None) -> Transfer:
+    """Move up to ``k`` units of ``kind`` into the receiving layer (steps 1-4 above)."""
+    record = plan_transfer(model, kind, k, statistics, settings, rng)
+    apply_transfer(model, record, statistics, optimizer, settings, generator)
     return record
 
 

@@ -1,0 +1,290 @@
+"""The book's report helpers: compute beside the paper per model, the method palette, the
+readable page tables and the walkthrough's step-by-step update."""
+
+from __future__ import annotations
+
+import colorsys
+import itertools
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from matplotlib import pyplot as plt  # noqa: E402
+from matplotlib.colors import to_rgb  # noqa: E402
+
+from barter_mini.book import experiments  # noqa: E402
+from barter_mini.book.efficiency import PAPER_COMPUTE_TABLES, compute_beside_paper  # noqa: E402
+from barter_mini.book.experiments import accuracy_beside_step_time, read_paper_table, run_grid  # noqa: E402
+from barter_mini.book.profiles import PROFILES  # noqa: E402
+from barter_mini.book.report import (BARTER_COLOR, COMPUTE_COLUMNS, METHOD_ORDER, METHOD_PALETTE,  # noqa: E402
+                                     RATIO_COLUMNS, RUN_COLUMNS, STEP_TIME_COLUMNS, TRANSFER_COST_COLUMNS,
+                                     UPDATE_COST_COLUMNS, UPDATE_COST_DECIMALS, by_density,
+                                     plot_accuracy_against_density, plot_cost_against_density, readable)
+from barter_mini.book.walkthrough import donors_and_parents, moment_norms, receiver_and_k, walkthrough_run  # noqa: E402
+from barter_mini.core.barter import BarterSettings, clone, prune_donors, transfer_units  # noqa: E402
+from barter_mini.core.unit_statistics import UnitStatistics  # noqa: E402
+from barter_mini.errors import BarterError  # noqa: E402
+from barter_mini.measure.bench import bench, compute_and_size_rows, ratios  # noqa: E402
+from barter_mini.training.methods import METHODS  # noqa: E402
+from barter_mini.training.trainer import RunConfig  # noqa: E402
+
+from helpers import TINY_CCT, batch, tiny_model, train_step  # noqa: E402
+
+DENSITIES = [0.1, 0.3, 0.5, 0.7]
+
+
+# --- compute and size beside the paper -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def compute_rows():
+    """Real compute rows of both paper models (FLOPs counted, nothing timed: a few seconds)."""
+    return [row for model in ("cct-paper", "vit-paper")
+            for row in compute_and_size_rows(model, ["dense", "rigl", "static", "barter"], DENSITIES)]
+
+
+def test_vit_rows_never_carry_the_cct_papers_numbers(compute_rows):
+    table15 = read_paper_table("table15_compute_and_size_cct")
+    table = compute_beside_paper(compute_rows)
+    assert set(table["method"]) == {"static", "barter"} and len(table) == 2 * 2 * len(DENSITIES)
+    vit = table[table["model"] == "vit-paper"]
+    assert len(vit) == 2 * len(DENSITIES)
+    # data/paper has no ViT compute table: every ViT paper cell is blank, none is Table 15's
+    assert vit[["paper_train_gflops_per_image", "paper_params_m", "paper_table"]].isna().all().all()
+    cct_numbers = set(table15["train_gflops_per_image"]) | set(table15["params_m"])
+    assert not cct_numbers & set(vit.filter(like="paper").stack().tolist())
+    # and on the page the ViT paper cells are empty, not NaN and not CCT's numbers
+    shown = readable(table, COMPUTE_COLUMNS, 4)
+    for header in ("paper GFLOPs per image", "paper params (M)"):
+        assert list(shown.loc[table["model"] == "vit-paper", header]) == [""] * len(vit)
+
+
+def test_cct_rows_carry_table15_at_their_own_density(compute_rows):
+    table15 = read_paper_table("table15_compute_and_size_cct").set_index(["method", "density"])
+    cct = compute_beside_paper(compute_rows).query("model == 'cct-paper'")
+    assert len(cct) == 2 * len(DENSITIES) and (cct["paper_table"] == "Table 15").all()
+    for _, row in cct.iterrows():
+        paper = table15.loc[(row["method"], row["density"])]
+        assert row["paper_train_gflops_per_image"] == paper["train_gflops_per_image"]
+        assert row["paper_params_m"] == paper["params_m"]
+        # the same model measured here: within 1 % of the paper's rounded figures (a row
+        # matched to another density would be off by a factor of 1.5 at least)
+        assert row["train_gflops_per_image"] == pytest.approx(paper["train_gflops_per_image"], rel=0.01)
+        assert row["params_m"] == pytest.approx(paper["params_m"], rel=0.01)
+
+
+def test_a_model_the_paper_does_not_train_gets_no_paper_numbers():
+    rows = [{"model": "cct-mini", "method": "barter", "density": 0.3, "train_gflops_per_image": 0.04,
+             "counted_train_gflops_per_image": 0.04, "params": 83893},
+            {"model": "cct-paper", "method": "barter", "density": 0.3, "train_gflops_per_image": 2.17,
+             "counted_train_gflops_per_image": 2.15, "params": 1214100}]
+    table = compute_beside_paper(rows).set_index("model")
+    assert math.isnan(table.loc["cct-mini", "paper_train_gflops_per_image"])
+    assert table.loc["cct-paper", "paper_train_gflops_per_image"] == 2.166
+    assert set(PAPER_COMPUTE_TABLES) == {"cct-paper"}
+
+
+# --- the method palette -------------------------------------------------------------------
+
+#: every pair of chromatic methods differs in hue by at least this many degrees
+MIN_HUE_DEGREES = 30.0
+#: and every pair of methods by at least this CIELAB distance (CIE76 Delta E; ~2.3 is a just
+#: noticeable difference, 20+ reads as a different colour at a glance)
+MIN_DELTA_E = 20.0
+#: an HLS saturation below this is a grey, whose hue means nothing
+GREY_SATURATION = 0.1
+
+
+def hue_degrees(rgb) -> float:
+    return 360.0 * colorsys.rgb_to_hls(*rgb)[0]
+
+
+def hue_distance(a, b) -> float:
+    d = abs(hue_degrees(a) - hue_degrees(b)) % 360.0
+    return min(d, 360.0 - d)
+
+
+def lab(rgb) -> np.ndarray:
+    """sRGB (0-1) to CIELAB under D65."""
+    c = np.asarray(rgb, dtype=float)
+    c = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ c
+    xyz /= np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > (6 / 29) ** 3, np.cbrt(xyz), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def delta_e(a, b) -> float:
+    return float(np.linalg.norm(lab(a) - lab(b)))
+
+
+def nearest(method: str, distance, among) -> float:
+    return min(distance(METHOD_PALETTE[method], METHOD_PALETTE[other]) for other in among if other != method)
+
+
+def test_every_method_has_a_colour():
+    assert set(METHOD_PALETTE) == set(METHOD_ORDER) == set(METHODS)
+    assert all(len(rgb) == 3 and all(0 <= c <= 1 for c in rgb) for rgb in METHOD_PALETTE.values())
+
+
+def test_no_two_methods_share_a_hue():
+    saturation = {m: colorsys.rgb_to_hls(*rgb)[2] for m, rgb in METHOD_PALETTE.items()}
+    greys = [m for m, s in saturation.items() if s < GREY_SATURATION]
+    assert greys == ["dense"], f"only dense, the reference line, may be grey: {greys}"
+    chromatic = [m for m in METHOD_ORDER if m not in greys]
+    assert min(saturation[m] for m in chromatic) >= 0.4, "a coloured method must not look grey"
+    for a, b in itertools.combinations(chromatic, 2):
+        assert hue_distance(METHOD_PALETTE[a], METHOD_PALETTE[b]) >= MIN_HUE_DEGREES, (
+            f"{a} and {b} are {hue_distance(METHOD_PALETTE[a], METHOD_PALETTE[b]):.1f} degrees of hue apart")
+    for a, b in itertools.combinations(METHOD_ORDER, 2):
+        assert delta_e(METHOD_PALETTE[a], METHOD_PALETTE[b]) >= MIN_DELTA_E, (
+            f"{a} and {b} are only {delta_e(METHOD_PALETTE[a], METHOD_PALETTE[b]):.1f} apart in CIELAB")
+
+
+def test_barter_is_the_colour_a_reader_finds_at_once():
+    chromatic = [m for m in METHOD_ORDER if m != "dense"]
+    others = [m for m in chromatic if m != "barter"]
+    # further in hue from its nearest neighbour than any other method is from its own
+    barter_hue = nearest("barter", hue_distance, chromatic)
+    assert barter_hue > max(nearest(m, hue_distance, chromatic) for m in others)
+    assert barter_hue >= 45.0
+    # and likewise in CIELAB, against every colour including dense's grey
+    barter_lab = nearest("barter", delta_e, METHOD_ORDER)
+    assert barter_lab > 1.5 * max(nearest(m, delta_e, METHOD_ORDER) for m in others)
+    # the one fully saturated colour
+    hsv_saturation = {m: colorsys.rgb_to_hsv(*METHOD_PALETTE[m])[1] for m in METHOD_ORDER}
+    assert hsv_saturation["barter"] == 1.0 > max(hsv_saturation[m] for m in others)
+    assert METHOD_PALETTE["barter"] == BARTER_COLOR
+
+
+def test_figures_draw_each_method_in_its_colour():
+    rows = [{"method": m, "density": d, "step_ms": 10.0 + i, "peak_mem_mb": 5.0 + i}
+            for i, m in enumerate(["rigl", "set", "static", "barter"]) for d in (0.1, 0.3)]
+    rows.append({"method": "dense", "density": 1.0, "step_ms": 20.0, "peak_mem_mb": 9.0})
+    fig = plot_cost_against_density(rows)
+    try:
+        for ax in fig.axes:
+            drawn = {line.get_label(): to_rgb(line.get_color()) for line in ax.get_lines()}
+            for method in ("rigl", "set", "static", "barter"):
+                assert drawn[method] == pytest.approx(METHOD_PALETTE[method], abs=1e-3), method
+    finally:
+        plt.close(fig)
+    summary = pd.DataFrame({"method": ["dense", "barter", "set"], "density": [1.0, 0.3, 0.3],
+                            "acc_mean": [80.0, 75.0, 70.0], "acc_std": [np.nan] * 3})
+    fig = plot_accuracy_against_density(summary)
+    try:
+        colours = {to_rgb(line.get_color()) for line in fig.axes[0].get_lines()}
+        assert pytest.approx(METHOD_PALETTE["barter"], abs=1e-3) in list(colours)
+    finally:
+        plt.close(fig)
+
+
+# --- readable page tables -----------------------------------------------------------------
+
+def test_readable_selects_renames_rounds_and_blanks():
+    frame = pd.DataFrame({"method": ["rigl", "barter"], "density": [0.3, 0.3], "step_ms": [12.3456, 7.0],
+                          "acc": [70.123, np.nan], "runs": [1, 0], "noise": ["x", "y"]}, index=[4, 7])
+    shown = readable(frame, {"method": "method", "step_ms": "ms/step", "acc": "Top-1 (%)", "runs": "runs"}, 2)
+    assert list(shown.columns) == ["method", "ms/step", "Top-1 (%)", "runs"]
+    assert list(shown.index) == [0, 1]                       # row numbers renumbered
+    assert list(shown["ms/step"]) == [12.35, 7.0]
+    assert list(shown["Top-1 (%)"]) == ["70.12", ""]         # no run: a blank cell, not NaN
+    assert list(shown["runs"]) == [1, 0] and shown["runs"].dtype.kind == "i"
+    assert frame.loc[4, "step_ms"] == 12.3456                # the frame itself is untouched
+    per_column = readable(frame, {"step_ms": "ms/step", "density": "rho"}, {"step_ms": 1})
+    assert list(per_column["ms/step"]) == [12.3, 7.0]
+    with pytest.raises(BarterError, match="no column 'wall_time_s' to show"):
+        readable(frame, {"wall_time_s": "wall time (s)"})
+
+
+def test_readable_keeps_a_named_index():
+    rows = [{"method": m, "density": d, "step_ms": 1.23456} for m in ("rigl", "barter") for d in (0.1, 0.3)]
+    pivot = by_density(rows, "step_ms")
+    shown = readable(pivot.reset_index(), {"method": "method", 0.1: "rho = 0.1"}, 1)
+    assert list(shown["rho = 0.1"]) == [1.2, 1.2]
+    assert readable(pivot, {0.3: "rho = 0.3"}, 2).index.name == "method"
+
+
+@pytest.fixture(scope="module")
+def bench_rows():
+    return bench("cct-mini", ["rigl", "static", "barter"], [0.3], batch=4, steps=1, warmup=0, segment_steps=1,
+                 update_samples=1, device="cpu", progress=False)
+
+
+def test_page_tables_name_columns_the_notebooks_produce(bench_rows, monkeypatch):
+    """Every column map of the notebooks' tables fits the frame it is applied to there."""
+    readable(compute_beside_paper(compute_and_size_rows("cct-mini", ["static", "barter"], [0.3])), COMPUTE_COLUMNS, 4)
+    readable(pd.DataFrame(ratios(bench_rows)), RATIO_COLUMNS, 3)
+    updates = readable(pd.DataFrame(bench_rows), UPDATE_COST_COLUMNS, UPDATE_COST_DECIMALS)
+    assert len(updates.columns) == len(UPDATE_COST_COLUMNS) < len(bench_rows[0])
+    readable(read_paper_table("table16_17_transfer_multiplier_vit"), TRANSFER_COST_COLUMNS, 3)
+    readable(accuracy_beside_step_time(PROFILES["smoke"], bench_rows, [12345]), STEP_TIME_COLUMNS, 2)
+
+    def fake_train(run):
+        return {"val_acc": 0.5, "val_macro_f1": 0.4, "test_acc": 0.5, "test_macro_f1": 0.4, "wall_time_s": 1.0,
+                "params": 1000, "allocation": {"heads": [1, 2], "ffn": [3, 4]}}
+
+    monkeypatch.setattr(experiments, "cached_train", fake_train)
+    runs = run_grid(PROFILES["smoke"], ["dense", "barter"], [0.3], [0], progress=False)
+    shown = readable(runs, RUN_COLUMNS, 2)
+    assert list(shown.columns) == list(RUN_COLUMNS.values()) and list(shown["Top-1 (%)"]) == [50.0, 50.0]
+
+
+# --- the walkthrough's update, step by step --------------------------------------------------
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_walkthrough_run_is_the_run_the_notebook_trained(profile):
+    """Same RunConfig (and so the same cache entry) as the one the notebook used to build."""
+    setup = PROFILES[profile]
+    by_hand = RunConfig(method="barter", model=setup.model, dataset=setup.dataset, density=0.3, seed=2,
+                        recipe=setup.recipe, epochs=setup.epochs, train_subset=setup.train_subset,
+                        progress=False)
+    assert walkthrough_run(setup, 0.3, 2) == by_hand
+
+
+def warmed_tiny(seed: int = 0):
+    model = tiny_model(TINY_CCT, heads=(2, 3, 1), ffn=(5, 8, 3), seed=seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    statistics = UnitStatistics(model)
+    for step in range(4):
+        train_step(model, optimizer, *batch(TINY_CCT, seed=step))
+    return model, optimizer, statistics
+
+
+def test_the_walkthroughs_steps_make_the_librarys_update():
+    """Receiver, donors and parents chosen, cloned and pruned one step at a time give the
+    model that one call of ``transfer_units`` gives (symmetry noise off)."""
+    kind, most = "ffn", 3
+    model, optimizer, statistics = warmed_tiny()
+    stats = statistics.layers[kind]
+    counts = list(model.allocation().ffn)
+    receiver, k = receiver_and_k(stats, counts, TINY_CCT.ffn_per_layer, most=most)
+    donors, parents, choice = donors_and_parents(stats, counts, receiver, k, min_age=1)
+    assert len(donors) == len(parents) == k > 0 and all(layer != receiver for layer, _ in donors)
+    assert list(choice["role"]) == ["donor"] * k + ["parent"] * k
+    assert list(zip(choice["layer"], choice["unit"])) == donors + [(receiver, u) for u in parents]
+    assert list(choice["pruning score"][:k]) == [float(stats[l].pruning_scores()[u]) for l, u in donors]
+    fc1 = model.blocks[receiver].mlp.fc1.weight
+    state_before = {key: value.clone() for key, value in optimizer.state[fc1].items()}
+    clone(model.blocks[receiver], kind, parents, stats[receiver], optimizer, alpha=0.5, symmetry_noise=0.0)
+    norms = moment_norms(state_before, optimizer.state[model.blocks[receiver].mlp.fc1.weight],
+                         parent=parents[0], clone=counts[receiver]).set_index("tensor")
+    first = norms.loc["exp_avg (first moment)"]
+    assert first["parent after"] == pytest.approx(0.5 * first["parent before"], rel=1e-5)
+    prune_donors(model, kind, donors, stats, optimizer)
+
+    reference, reference_optimizer, reference_statistics = warmed_tiny()
+    record = transfer_units(reference, kind, most, reference_statistics, reference_optimizer,
+                            BarterSettings(min_age=1, symmetry_noise=0.0))
+    assert (record.receiver, record.donors, record.parents) == (receiver, donors, parents)
+    assert model.allocation() == reference.allocation()
+    assert sum(model.allocation().ffn) == sum(counts)
+    for (name, ours), (_, theirs) in zip(model.state_dict().items(), reference.state_dict().items()):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-8, msg=name)
+    with pytest.raises(BarterError, match="unknown unit kind 'neurons'"):
+        prune_donors(model, "neurons", donors, stats, optimizer)
