@@ -11,6 +11,7 @@ from barter_mini.core.budgets import Budget
 from barter_mini.core.surgery import regather_units
 from barter_mini.core.unit_statistics import UnitStatistics
 from barter_mini.errors import BarterError, check_in_range, check_integer
+from barter_mini.training.checkpoints import CHECKPOINT_FORMAT, load_checkpoint
 from barter_mini.training.trainer import RunConfig
 
 from helpers import TINY_CCT, tiny_model
@@ -110,3 +111,23 @@ def test_train_out_that_cannot_be_created_is_a_one_line_error(out):
                              "--recipe", "smoke", "--out", out], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr.startswith("error: cannot create the folder") and result.stderr.count("\n") == 1
+
+
+def test_truncated_or_foreign_checkpoints_are_one_line_errors(tmp_path):
+    good = tmp_path / "good.pt"
+    torch.save({"format": CHECKPOINT_FORMAT, "model": {}}, good)
+    assert load_checkpoint(good)["format"] == CHECKPOINT_FORMAT
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[:40])
+    with pytest.raises(BarterError, match="not a readable checkpoint"):
+        load_checkpoint(truncated)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"state_dict": {}}, foreign)
+    with pytest.raises(BarterError, match=f"not a barter-mini checkpoint of format {CHECKPOINT_FORMAT}"):
+        load_checkpoint(foreign)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "best.pt").write_bytes(b"\x00" * 10)
+    result = subprocess.run([sys.executable, "-m", "barter_mini.cli", "export", str(tmp_path / "run"),
+                             "--out", str(tmp_path / "x.pt")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "not a readable checkpoint" in result.stderr
+    assert not (tmp_path / "x.pt").exists()
