@@ -1,6 +1,9 @@
-"""Training: AdamW with warm-up and cosine LR, label smoothing, BARTER updates, metrics.
+"""Training: AdamW with warm-up and cosine LR, label smoothing, the method's controller, metrics.
 
-A run folder holds ``best.pt`` (chosen on validation Top-1), ``last.pt`` and
+:func:`train` is three steps: :func:`build_training` (data, model, optimizer, LR schedule and
+the controller the registry builds for the method), :func:`fit_one_epoch` (the loop, with the
+controller's ``before_step`` / ``after_step`` around every optimizer step) and
+:func:`finalize` (test the best checkpoint, write the metrics). A run folder holds ``best.pt`` (chosen on validation Top-1), ``last.pt`` and
 ``metrics.json``: validation and test Top-1 and macro-F1 (fractions, test measured with the
 best checkpoint), wall time, transfers planned and executed, the per-epoch history and the
 per-layer allocation after every topology update, and a training curve (running loss and
