@@ -195,3 +195,17 @@ def test_lr_scheduler_keeps_driving_the_new_tensors(tiny_config):
     before = new_qkv.detach().clone()
     train_step(model, optimizer, x, y)
     assert not torch.equal(before, model.blocks[0].attn.qkv.weight.detach())
+
+
+def test_fresh_clone_moments_are_zero_and_the_parent_keeps_its_own(tiny_config):
+    model, optimizer, stats, x, y = warmed_up(tiny_config)
+    block = model.blocks[1]
+    fc1 = block.mlp.fc1.weight
+    parent_state = optimizer.state[fc1]["exp_avg"][2].clone()
+    count = block.mlp.fc1.out_features
+    clone(block, "ffn", [2], stats.layers["ffn"][1], optimizer, alpha=0.5, symmetry_noise=0.0, clone_moments="fresh")
+    state = optimizer.state[block.mlp.fc1.weight]
+    assert not state["exp_avg"][count].any() and not state["exp_avg_sq"][count].any()
+    assert not optimizer.state[block.mlp.fc2.weight]["exp_avg"][:, count].any()
+    torch.testing.assert_close(state["exp_avg"][2], 0.5 * parent_state, rtol=1e-6, atol=1e-9)
+    assert_in_sync(model, optimizer)

@@ -30,6 +30,7 @@ from helpers import TINY_CCT, tiny_model
     ({"transfer_multiplier": 0}, "transfer_multiplier must be in (0, inf]"),
     ({"stats_beta": 1.0}, "stats_beta must be in [0, 1)"),
     ({"min_age": -1}, "min_age must be an integer >= 0"),
+    ({"clone_moments": "zero"}, "unknown clone_moments 'zero': choose one of fresh, split"),
 ])
 def test_barter_settings_refuse_bad_values(change, message):
     with pytest.raises(BarterError, match=message.replace("(", r"\(").replace(")", r"\)")

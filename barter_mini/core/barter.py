@@ -25,11 +25,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import BarterError, check_in_range, check_integer
+from ..errors import BarterError, check_in_range, check_integer, choose
 from .budgets import Budget
 from .method import MethodController
 from .unit_statistics import LayerStatistics, UnitStatistics
-from .surgery import UNIT_KINDS, perturb_input_parameters, regather_units, unit_count
+from .surgery import UNIT_KINDS, perturb_input_parameters, regather_units, reset_optimizer_state, unit_count
+
+
+#: what a clone's optimizer state starts as (BarterSettings.clone_moments)
+CLONE_MOMENTS = ("split", "fresh")
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,10 @@ class BarterSettings:
     min_age: int | None = None
     random_receiver: bool = False
     random_donor: bool = False
+    #: the clone's optimizer moments: "split" (the parent's, remapped so the next step is what
+    #: it would have been had the split always existed) or "fresh" (zero, so that Adam's
+    #: scale-invariant update no longer moves parent and clone in lockstep)
+    clone_moments: str = "split"
 
     def validate(self) -> "BarterSettings":
         """Refuse settings the method cannot run with, in one line each."""
@@ -64,6 +72,7 @@ class BarterSettings:
         check_in_range("transfer_multiplier", self.transfer_multiplier, 0.0, math.inf, low_open=True)
         if self.min_age is not None:
             check_integer("min_age", self.min_age, minimum=0)
+        choose("clone_moments", self.clone_moments, CLONE_MOMENTS)
         return self
 
     @property
@@ -209,7 +218,8 @@ def prune(block: nn.Module, kind: str, victims: list[int], stats: LayerStatistic
 
 def clone(block: nn.Module, kind: str, parents: list[int], stats: LayerStatistics,
           optimizer: torch.optim.Optimizer | None, alpha: float = 0.5,
-          symmetry_noise: float = 1e-2, generator: torch.Generator | None = None) -> None:
+          symmetry_noise: float = 1e-2, generator: torch.Generator | None = None,
+          clone_moments: str = "split") -> None:
     """Append one clone per parent: input parameters copied, output parameters split.
 
     The parent keeps ``alpha`` of its output weights and the clone gets ``1 - alpha``, so the
@@ -233,6 +243,8 @@ def clone(block: nn.Module, kind: str, parents: list[int], stats: LayerStatistic
     out_scale[parent_index] = alpha
     out_scale[clone_index] = 1 - alpha
     regather_units(block, kind, sources, out_scale, optimizer)
+    if clone_moments == "fresh":
+        reset_optimizer_state(block, kind, clone_index, optimizer)
     if symmetry_noise > 0:
         perturb_input_parameters(block, kind, parent_index, clone_index, alpha, symmetry_noise, generator)
     fresh = torch.zeros(count + k, dtype=torch.bool)
@@ -301,7 +313,7 @@ def apply_transfer(model: nn.Module, record: Transfer, statistics: UnitStatistic
     stats = statistics.layers[record.kind]
     prune_donors(model, record.kind, record.donors, stats, optimizer)
     clone(model.blocks[record.receiver], record.kind, record.parents, stats[record.receiver], optimizer,
-          settings.split_alpha, settings.symmetry_noise, generator)
+          settings.split_alpha, settings.symmetry_noise, generator, settings.clone_moments)
 
 
 def transfer_units(model: nn.Module, kind: str, k: int, statistics: UnitStatistics,

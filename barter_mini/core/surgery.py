@@ -170,6 +170,24 @@ def regather_units(block: nn.Module, kind: str, sources: torch.Tensor, out_scale
 
 
 @torch.no_grad()
+def reset_optimizer_state(block: nn.Module, kind: str, units: torch.Tensor,
+                          optimizer: torch.optim.Optimizer | None) -> None:
+    """Zero every per-element optimizer state entry of ``units`` (input and output parameters);
+    the tensor's step count is shared by all its entries and is kept."""
+    if optimizer is None:
+        return
+    count = unit_count(block, kind)
+    for spec in unit_parameters(block, kind):
+        state = optimizer.state.get(spec.tensor)
+        if not state:
+            continue
+        index = spec.element_index(units.to(spec.tensor.device), count)
+        for value in state.values():
+            if torch.is_tensor(value) and value.shape == spec.tensor.shape:
+                value.index_fill_(spec.axis, index, 0.0)
+
+
+@torch.no_grad()
 def perturb_input_parameters(block: nn.Module, kind: str, parents: torch.Tensor, clones: torch.Tensor,
                              alpha: float, scale: float, generator: torch.Generator | None = None) -> None:
     """Antithetic noise on split pairs: parent ``+= (1 - alpha) eps``, clone ``-= alpha eps``.
