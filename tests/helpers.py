@@ -1,5 +1,12 @@
-"""Helpers shared by the tests: tiny models, batches, one training step, invariants."""
+"""Helpers shared by the tests: tiny models, batches, one training step, invariants, servers."""
 
+import contextlib
+import socket
+import subprocess
+import time
+import urllib.error
+
+import pytest
 import torch
 
 from barter_mini.core.budgets import Allocation
@@ -49,3 +56,41 @@ def assert_in_sync(model, optimizer):
         for key, value in state.items():
             if torch.is_tensor(value) and value.dim() > 0:
                 assert value.shape == p.shape, key
+
+
+#: where the tests' servers listen
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_server(server: subprocess.Popen, answers, timeout: float, name: str, log=lambda: ""):
+    """Wait until ``answers()`` is true (it may raise a connection error meanwhile), fail the
+    test if ``server`` exits or ``timeout`` seconds pass first, and stop the server at the end
+    (terminate, then kill)."""
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if answers():
+                    break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if server.poll() is not None:
+                pytest.fail(f"{name} exited with {server.returncode}:\n{log()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"{name} did not answer within {timeout} s:\n{log()}")
+            time.sleep(0.1)
+        yield server
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()

@@ -4,7 +4,6 @@ import json
 
 import pytest
 import torch
-from torch import nn
 
 from barter_mini.book.efficiency import iphone_comparison
 from barter_mini.cli import main

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -35,13 +33,14 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from helpers import HOST, free_port, running_server
+
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
-HOST = "127.0.0.1"
 #: pages with their own checks (paths relative to the html folder)
 METHOD_PAGE = "book/method.html"
 WALKTHROUGH_PAGE = "notebooks/01_walkthrough.html"
@@ -133,12 +132,6 @@ def book_pages(book_html) -> list[str]:
     return listed
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def book_url(book_html):
     """``http://127.0.0.1:PORT/`` serving the html folder with http.server (stopped at teardown)."""
@@ -147,28 +140,13 @@ def book_url(book_html):
         [sys.executable, "-m", "http.server", "--bind", HOST, str(port), "--directory", str(book_html)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://{HOST}:{port}/"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(url + "index.html", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            if server.poll() is not None:
-                pytest.fail(f"http.server exited with {server.returncode} before serving {url}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"http.server did not answer on {url} within 20 s")
-            time.sleep(0.1)
+
+    def serves_index() -> bool:
+        with urllib.request.urlopen(url + "index.html", timeout=2) as response:
+            return response.status == 200
+
+    with running_server(server, serves_index, 20, f"http.server on {url}"):
         yield url
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
 
 
 @pytest.fixture(scope="module")

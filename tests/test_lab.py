@@ -12,29 +12,22 @@ import json
 import os
 import secrets
 import shlex
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from helpers import HOST, free_port, running_server
+
 REPO = Path(__file__).resolve().parents[1]
-HOST = "127.0.0.1"
 #: seconds JupyterLab may take to answer (it answers in a few)
 START_TIMEOUT = 25
 NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("[0-9]*.ipynb"))
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
 
 
 def lab_command(lab_args: str) -> list[str]:
@@ -77,28 +70,9 @@ def lab(tmp_path):
         server = subprocess.Popen(command, cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL)
     url = f"http://{HOST}:{port}/"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                get(url + "api/status", token, timeout=2)
-                break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            if server.poll() is not None:
-                pytest.fail(f"jupyter lab exited with {server.returncode}:\n{log.read_text()[-3000:]}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"jupyter lab did not answer on {url} within {START_TIMEOUT} s:\n"
-                            f"{log.read_text()[-3000:]}")
-            time.sleep(0.2)
+    with running_server(server, lambda: get(url + "api/status", token, timeout=2) is not None, START_TIMEOUT,
+                        f"jupyter lab on {url}", lambda: log.read_text()[-3000:]):
         yield url, token
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=10)
 
 
 def test_make_lab_serves_the_notebooks_on_the_venv_kernel(lab):

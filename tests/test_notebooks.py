@@ -1,6 +1,5 @@
 """Notebook parameters, their failures, and the book pipeline's refusal to publish a failure."""
 
-import json
 import shutil
 from pathlib import Path
 

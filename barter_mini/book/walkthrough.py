@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..core.barter import prune_donors, receiver_room, select_donors, select_parents, select_receiver
+from ..core.barter import receiver_room, select_donors, select_parents, select_receiver
 from ..core.configs import get_model_config
 from ..core.models import CompactTransformer, build_model
 from ..core.unit_statistics import LayerStatistics, UnitStatistics
