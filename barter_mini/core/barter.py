@@ -348,10 +348,10 @@ class BarterController(MethodController):
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, total_steps: int,
                  settings: BarterSettings = BarterSettings(), seed: int = 0):
-        self.model, self.optimizer, self.settings = model, optimizer, settings.validate()
+        self.model, self.optimizer, self.settings = model, optimizer, settings
         allocation = model.allocation()
         self.budget = Budget(heads=sum(allocation.heads), ffn=sum(allocation.ffn))
-        self.schedule = TransferSchedule(total_steps, self.budget, settings)
+        self.schedule = TransferSchedule(total_steps, self.budget, settings)   # validates settings
         self.statistics = UnitStatistics(model, beta=settings.stats_beta)
         self.rng = np.random.default_rng(seed)
         self.generator = torch.Generator().manual_seed(seed)

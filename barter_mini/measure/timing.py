@@ -13,6 +13,10 @@ import time
 import torch
 from torch import nn
 
+from ..core.configs import get_model_config
+from ..core.models import build_model
+from ..core.unit_statistics import UnitStatistics
+
 
 def synchronize(device: torch.device | str) -> None:
     if torch.device(device).type == "cuda":
@@ -38,10 +42,6 @@ def statistics_overhead(model_name: str = "cct-paper", density: float = 0.5, bat
     so ``hook_time_percent`` also reports the median share of a step spent inside the hooks
     themselves (host time; exact on the CPU, a lower bound on a GPU).
     """
-    from ..core.configs import get_model_config
-    from ..core.models import build_model
-    from ..core.unit_statistics import UnitStatistics
-
     torch.manual_seed(seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     config = get_model_config(model_name)
