@@ -21,6 +21,7 @@ def test_probed_run_is_the_plain_run_and_records_every_update(method, tmp_path):
         assert updates == []
         return
     assert len(updates) == len(plain["allocation_history"]) - 1 > 0
+    assert all("1" in update["later"] for update in updates[:-1])      # one step after each update
     for update in updates:
         assert {"before", "after", "kinds", "allocation"} <= set(update)
         for part in update["kinds"].values():

@@ -33,6 +33,7 @@ from torch import nn
 from tqdm import tqdm
 
 from ..core.barter import BarterController
+from ..core.budgets import check_density
 from ..core.configs import get_model_config
 from ..core.counting import count_parameters, counted_training_gflops_per_image, training_gflops_per_image
 from ..core.method import MethodController
@@ -116,8 +117,7 @@ def check_bench_arguments(model: str, methods, densities, batch: int, steps: int
     check_integer("batch", batch)
     check_integer("steps", steps)
     fixed = [(m, get_method(m).fixed_density) for m in methods if get_method(m).fixed_density is not None]
-    cases = [(m, RunConfig(method=m, density=d).validate().density) for d in densities
-             for m in methods if get_method(m).fixed_density is None]
+    cases = [(m, check_density(d)) for d in densities for m in methods if get_method(m).fixed_density is None]
     return fixed + cases
 
 

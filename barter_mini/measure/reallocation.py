@@ -115,7 +115,6 @@ class ProbedController(MethodController):
         self.updates: list[dict] = []
         self.importance: list[dict] = []
         self.clone_distances: list[dict] = []
-        self._pending: list[tuple[int, dict]] = []     # (step to measure at, update record)
         self._pairs: list[_Pairs] = []
 
     def before_step(self) -> None:
@@ -131,7 +130,6 @@ class ProbedController(MethodController):
             record["after"] = probe_scores(self.model, self.batches)
             record["allocation"] = self.model.allocation().as_dict()
             self.updates.append(record)
-            self._pending += [(step + offset, record) for offset in self.later]
             for kind, transfer in (result or {}).items():
                 if transfer.executed:
                     count = unit_count(self.model.blocks[transfer.receiver], kind) - transfer.executed
@@ -139,9 +137,9 @@ class ProbedController(MethodController):
                                               list(range(count, count + transfer.executed)), step))
         if step % self.update_every == 0:
             self.importance.append({"step": step, **layer_importance(self.statistics)})
-        for due, record in [p for p in self._pending if p[0] == step]:
-            record.setdefault("later", {})[str(step - record["step"])] = probe_scores(self.model, self.batches)
-        self._pending = [p for p in self._pending if p[0] > step]
+        for update in self.updates:
+            if step - update["step"] in self.later:
+                update.setdefault("later", {})[str(step - update["step"])] = probe_scores(self.model, self.batches)
         for pairs in self._pairs:
             if step - pairs.step in self.later:
                 pairs.distances[step - pairs.step] = self._distance(pairs)
