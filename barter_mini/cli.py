@@ -68,7 +68,7 @@ def cmd_train(args) -> int:
                     density=args.density, seed=args.seed, recipe=args.recipe, epochs=args.epochs,
                     batch_size=args.batch_size, lr=args.lr, train_subset=args.train_subset,
                     transfer_multiplier=args.transfer_multiplier, delta_t=args.delta_t,
-                    data_root=args.data_root, download=args.download, device=args.device,
+                    start=args.start, data_root=args.data_root, download=args.download, device=args.device,
                     progress=not args.no_progress)
     metrics = train(run, args.out)
     if metrics["mask"]:
@@ -192,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-subset", type=_positive_int, help="train on the first N shuffled training images")
     p.add_argument("--transfer-multiplier", type=float, help="scale the planned transfers (Table 16)")
     p.add_argument("--delta-t", type=_positive_int, help="optimizer steps between topology updates")
+    p.add_argument("--start", default="even",
+                   help="initial allocation of a compact method: even, first or last (piled into those layers)")
     p.add_argument("--data-root", help="dataset folder (default: $BARTER_MINI_DATA or ./data)")
     p.add_argument("--download", action="store_true", help="let torchvision download a missing dataset")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")

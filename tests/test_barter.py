@@ -34,6 +34,12 @@ def test_receiver_is_the_eligible_layer_with_the_highest_mean_importance():
     assert stats[3].growth_priority() == pytest.approx(4.0)
 
 
+def test_mean_pressure_receiver_follows_the_growth_scores():
+    stats = [layer([9.0, 9.0], pressure=[1.0, 1.0]), layer([1.0], pressure=[5.0])]
+    assert select_receiver(stats, [2, 1], full_width=3) == 0
+    assert select_receiver(stats, [2, 1], full_width=3, rule="mean-pressure") == 1
+
+
 def test_receiver_needs_a_unit_with_statistics():
     stats = [layer([1.0]), layer([50.0], age=[0])]
     assert select_receiver(stats, [1, 1], full_width=4) == 0

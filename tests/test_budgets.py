@@ -74,3 +74,31 @@ def test_cli_bad_input_is_one_line_error(args, expected):
     result = run_cli(*args)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and expected in result.stderr
+
+
+@pytest.mark.parametrize("name,density", [("cct-mini", 0.3), ("cct-paper", 0.1), ("vit-paper", 0.7), ("cct-mini", 0.95)])
+def test_piled_starts_keep_the_budgets_and_bounds(name, density):
+    from barter_mini.core.budgets import STARTS, check_allocation, starting_allocation
+    config = get_model_config(name)
+    budget = compute_budget(config, density)
+    for start in STARTS:
+        allocation = check_allocation(config, starting_allocation(config, budget, start))
+        assert (sum(allocation.heads), sum(allocation.ffn)) == (budget.heads, budget.ffn)
+    first, last = starting_allocation(config, budget, "first"), starting_allocation(config, budget, "last")
+    assert first.ffn == tuple(reversed(last.ffn)) and first.heads == tuple(reversed(last.heads))
+    assert list(first.ffn) == sorted(first.ffn, reverse=True)
+    if density < 0.5:
+        assert first.ffn[0] > 2 * first.ffn[-1]          # piled, not even
+
+
+def test_piled_start_on_cct_mini():
+    from barter_mini.core.budgets import starting_allocation
+    config = get_model_config("cct-mini")
+    assert starting_allocation(config, compute_budget(config, 0.3), "first").ffn == (82, 41, 21, 10)
+
+
+def test_unknown_start_fails_in_one_line():
+    from barter_mini.core.budgets import starting_allocation
+    config = get_model_config("cct-mini")
+    with pytest.raises(BarterError, match="unknown start .middle.: choose one of even, first, last"):
+        starting_allocation(config, compute_budget(config, 0.3), "middle")

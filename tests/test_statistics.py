@@ -100,3 +100,41 @@ def test_units_without_statistics_are_nan_and_ignored_by_priority(tiny_config):
     scores = layer.pruning_scores()
     assert torch.isnan(scores[[0, 3]]).all() and not torch.isnan(scores[[1, 2]]).any()
     assert layer.growth_priority() == pytest.approx(scores[[1, 2]].mean().item())
+
+
+@pytest.mark.parametrize("score", ["taylor-abs", "magnitude"])
+def test_alternative_pruning_scores(tiny_config, score):
+    """``taylor-abs`` averages |sum_j W_j g_j|, ``magnitude`` the output-weight energy."""
+    model = tiny_model(tiny_config).eval()
+    stats = UnitStatistics(model, beta=0.9, pruning_score=score)
+    x, y = batch(tiny_config)
+    captured = activations_and_grads(model, x, y)
+    for (kind, i), a in captured.items():
+        block = model.blocks[i]
+        if score == "taylor-abs":
+            per_unit = (a * a.grad).sum(dim=(0, 1))
+            if kind == "heads":
+                per_unit = per_unit.view(-1, block.attn.head_dim).sum(1)
+            expected = per_unit.abs()
+        else:
+            weight = block.attn.proj.weight if kind == "heads" else block.mlp.fc2.weight
+            expected = weight.detach().square().sum(0)
+            if kind == "heads":
+                expected = expected.view(-1, block.attn.head_dim).sum(1)
+        torch.testing.assert_close(stats.layers[kind][i].pruning_scores(), expected, rtol=1e-4, atol=1e-12)
+
+
+def test_mean_pressure_priority_averages_growth_scores(tiny_config):
+    model = tiny_model(tiny_config).eval()
+    stats = UnitStatistics(model)
+    x, y = batch(tiny_config)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    layer = stats.layers["ffn"][0]
+    assert layer.growth_priority("mean-pressure") == pytest.approx(layer.growth_scores().mean().item())
+    assert layer.growth_priority("mean-importance") == pytest.approx(layer.pruning_scores().mean().item())
+
+
+def test_unknown_pruning_score_is_refused_in_one_line(tiny_config):
+    from barter_mini.errors import BarterError
+    with pytest.raises(BarterError, match="unknown pruning_score .fisher.: choose one of magnitude, taylor-abs, taylor-squared"):
+        UnitStatistics(tiny_model(tiny_config), pruning_score="fisher")

@@ -126,3 +126,19 @@ def test_missing_dataset_says_how_to_get_it(tmp_path):
                  "--data-root", str(tmp_path / "empty"))
     assert result.returncode == 2 and "cifar-100" in result.stderr.lower()
     assert result.stderr.strip().count("\n") == 0
+
+
+def test_a_piled_start_is_where_a_compact_run_begins(tmp_path):
+    from barter_mini.core.budgets import compute_budget, starting_allocation
+    from barter_mini.core.configs import get_model_config
+    result = cli("train", "--method", "static", "--dataset", "digits", "--density", "0.3", "--epochs", "1",
+                 "--recipe", "smoke", "--start", "first", "--out", str(tmp_path / "run"), "--no-progress")
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    config = get_model_config("cct-mini")
+    piled = starting_allocation(config, compute_budget(config, 0.3), "first")
+    assert metrics["allocation"] == piled.as_dict() and metrics["run"]["start"] == "first"
+    refused = cli("train", "--method", "rigl", "--dataset", "digits", "--start", "first", "--recipe", "smoke",
+                  "--out", str(tmp_path / "rigl"), "--no-progress")
+    assert refused.returncode != 0 and "needs a compact method" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and not (tmp_path / "rigl").exists()

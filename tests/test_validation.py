@@ -31,6 +31,8 @@ from helpers import TINY_CCT, tiny_model
     ({"stats_beta": 1.0}, "stats_beta must be in [0, 1)"),
     ({"min_age": -1}, "min_age must be an integer >= 0"),
     ({"clone_moments": "zero"}, "unknown clone_moments 'zero': choose one of fresh, split"),
+    ({"pruning_score": "fisher"}, "unknown pruning_score 'fisher': choose one of magnitude, taylor-abs, taylor-squared"),
+    ({"receiver_rule": "max"}, "unknown receiver_rule 'max': choose one of mean-importance, mean-pressure"),
 ])
 def test_barter_settings_refuse_bad_values(change, message):
     with pytest.raises(BarterError, match=message.replace("(", r"\(").replace(")", r"\)")
@@ -104,6 +106,11 @@ def test_run_config_validate_returns_a_normalised_copy():
     assert RunConfig(method="barter", density=0.3).validate().density == 0.3
     with pytest.raises(BarterError, match="epochs must be a positive integer"):
         RunConfig(epochs=0).validate()
+    assert RunConfig(method="static", start="first").validate().start == "first"
+    with pytest.raises(BarterError, match="start 'last' needs a compact method: rigl trains full-width"):
+        RunConfig(method="rigl", start="last").validate()
+    with pytest.raises(BarterError, match="unknown start 'middle'"):
+        RunConfig(start="middle").validate()
 
 
 @pytest.mark.parametrize("out", ["/dev/null/run", "/proc/version/run"])

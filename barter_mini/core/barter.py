@@ -28,7 +28,7 @@ from torch import nn
 from ..errors import BarterError, check_in_range, check_integer, choose
 from .budgets import Budget
 from .method import MethodController
-from .unit_statistics import LayerStatistics, UnitStatistics
+from .unit_statistics import PRUNING_SCORES, RECEIVER_RULES, LayerStatistics, UnitStatistics
 from .surgery import UNIT_KINDS, perturb_input_parameters, regather_units, reset_optimizer_state, unit_count
 
 
@@ -59,6 +59,9 @@ class BarterSettings:
     #: it would have been had the split always existed) or "fresh" (zero, so that Adam's
     #: scale-invariant update no longer moves parent and clone in lockstep)
     clone_moments: str = "split"
+    #: the per-step pruning score and the layer's growth priority (core.unit_statistics)
+    pruning_score: str = "taylor-squared"
+    receiver_rule: str = "mean-importance"
 
     def validate(self) -> "BarterSettings":
         """Refuse settings the method cannot run with, in one line each."""
@@ -73,6 +76,8 @@ class BarterSettings:
         if self.min_age is not None:
             check_integer("min_age", self.min_age, minimum=0)
         choose("clone_moments", self.clone_moments, CLONE_MOMENTS)
+        choose("pruning_score", self.pruning_score, PRUNING_SCORES)
+        choose("receiver_rule", self.receiver_rule, RECEIVER_RULES)
         return self
 
     @property
@@ -141,8 +146,8 @@ class TransferSchedule:
 # ----------------------------------------------------------------------------- selection
 
 def select_receiver(stats: list[LayerStatistics], counts: list[int], full_width: int,
-                    rng: np.random.Generator | None = None) -> int | None:
-    """The eligible layer with the highest growth priority ``P_l`` (random if ``rng``).
+                    rng: np.random.Generator | None = None, rule: str = "mean-importance") -> int | None:
+    """The eligible layer with the highest growth priority ``P_l`` under ``rule`` (random if ``rng``).
 
     Eligible: below full width and holding at least one unit with statistics to clone.
     """
@@ -152,7 +157,7 @@ def select_receiver(stats: list[LayerStatistics], counts: list[int], full_width:
         return None
     if rng is not None:
         return int(rng.choice(eligible))
-    return max(eligible, key=lambda layer: stats[layer].growth_priority())
+    return max(eligible, key=lambda layer: stats[layer].growth_priority(rule))
 
 
 def select_donors(stats: list[LayerStatistics], counts: list[int], receiver: int, k: int,
@@ -290,7 +295,8 @@ def plan_transfer(model: nn.Module, kind: str, k: int, statistics: UnitStatistic
     stats = statistics.layers[kind]
     counts = [unit_count(b, kind) for b in model.blocks]
     full = model.config.heads_per_layer if kind == "heads" else model.config.ffn_per_layer
-    receiver = select_receiver(stats, counts, full, rng if settings.random_receiver else None)
+    receiver = select_receiver(stats, counts, full, rng if settings.random_receiver else None,
+                               settings.receiver_rule)
     if receiver is None:
         return record
     donors = select_donors(stats, counts, receiver, receiver_room(counts, receiver, full, k),
@@ -352,7 +358,7 @@ class BarterController(MethodController):
         allocation = model.allocation()
         self.budget = Budget(heads=sum(allocation.heads), ffn=sum(allocation.ffn))
         self.schedule = TransferSchedule(total_steps, self.budget, settings)   # validates settings
-        self.statistics = UnitStatistics(model, beta=settings.stats_beta)
+        self.statistics = UnitStatistics(model, beta=settings.stats_beta, pruning_score=settings.pruning_score)
         self.rng = np.random.default_rng(seed)
         self.generator = torch.Generator().manual_seed(seed)
         self.executed = {kind: 0 for kind in UNIT_KINDS}

@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .configs import ModelConfig
-from ..errors import BarterError, check_in_range
+from ..errors import BarterError, check_in_range, choose
 
 #: Table 3 of the paper: (heads, FFN channels, K_H, K_C) per model and density.
 PAPER_TABLE3: dict[tuple[str, float], tuple[int, int, int, int]] = {
@@ -113,6 +113,39 @@ def spread_evenly(total: int, layers: int) -> tuple[int, ...]:
 def initial_allocation(config: ModelConfig, budget: Budget) -> Allocation:
     return Allocation(heads=spread_evenly(budget.heads, config.depth),
                       ffn=spread_evenly(budget.ffn, config.depth))
+
+
+#: where a run's compact model starts: spread evenly (the paper's start) or piled into the
+#: first or the last layers (deliberately uneven starts, to watch reallocation undo them)
+STARTS = ("even", "first", "last")
+
+
+def spread_by_weights(total: int, weights: list[float], full_width: int) -> tuple[int, ...]:
+    """``total`` units over layers in proportion to ``weights``, each layer holding 1 to
+    ``full_width`` units: one unit at a time to the layer furthest below its share
+    ``total * w_l / sum(w)`` (ties to the first), which is the largest-remainder rule with bounds."""
+    layers = len(weights)
+    if not layers <= total <= layers * full_width:
+        raise BarterError(f"{total} units do not fit {layers} layers of 1..{full_width} units each")
+    shares = [total * w / sum(weights) for w in weights]
+    counts = [1] * layers
+    for _ in range(total - layers):
+        open_layers = [l for l in range(layers) if counts[l] < full_width]
+        counts[max(open_layers, key=lambda l: (shares[l] - counts[l], -l))] += 1
+    return tuple(counts)
+
+
+def starting_allocation(config: ModelConfig, budget: Budget, start: str = "even") -> Allocation:
+    """The allocation a compact run starts from: ``even`` (:func:`initial_allocation`), or
+    piled with weights halving layer by layer away from the ``first`` or the ``last`` layer
+    (``w_l = 2^-l`` or ``2^-(L-1-l)``): a start that puts most capacity where it may matter least."""
+    choose("start", start, STARTS)
+    if start == "even":
+        return initial_allocation(config, budget)
+    depth = config.depth
+    weights = [2.0 ** -(l if start == "first" else depth - 1 - l) for l in range(depth)]
+    return Allocation(heads=spread_by_weights(budget.heads, weights, config.heads_per_layer),
+                      ffn=spread_by_weights(budget.ffn, weights, config.ffn_per_layer))
 
 
 def full_allocation(config: ModelConfig) -> Allocation:

@@ -25,6 +25,15 @@ growth priority of a layer
     unit in that layer. Capacity flows from the units worth least anywhere to the layer
     whose units are worth most on average, which is the "barter" of the method's name.
 
+The definitions above are the defaults; the alternatives tried (``BarterSettings.pruning_score``
+and ``receiver_rule``, compared over seeds in notebook 03) are
+
+* pruning score ``taylor-abs``: ``EMA[|sum_j W_j g_j|]`` (the same Taylor term, its size
+  averaged instead of its square: less dominated by a few large mini-batches);
+  ``magnitude``: ``EMA[||W_out[:, i]||^2]`` (no gradient: the unit's output-weight energy);
+* receiver rule ``mean-pressure``: ``P_l = mean_i g_i``, the layer whose input weights are
+  pushed hardest on average.
+
 Every EMA is bias-corrected by its own age (``ema / (1 - beta^age)``), so a unit born a few
 steps ago is comparable with an old one; units of age 0 have no statistics yet.
 """
@@ -38,8 +47,14 @@ from functools import partial
 import torch
 from torch import nn
 
-from ..errors import BarterError
+from ..errors import BarterError, choose
 from .surgery import UNIT_KINDS, unit_count, unit_parameters
+
+
+#: per-step pruning scores of a unit, from its output weights (module docstring)
+PRUNING_SCORES = ("taylor-squared", "taylor-abs", "magnitude")
+#: what a layer's growth priority P_l averages: its units' pruning or growth scores
+RECEIVER_RULES = ("mean-importance", "mean-pressure")
 
 
 @dataclass
@@ -68,14 +83,15 @@ class LayerStatistics:
         """Bias-corrected growth scores ``g_i``; NaN where a unit has no statistics yet."""
         return self._corrected(self.pressure)
 
-    def growth_priority(self) -> float:
-        """``P_l``: mean pruning score over the units that have statistics (0 if none)."""
-        scores = self.pruning_scores()
+    def growth_priority(self, rule: str = "mean-importance") -> float:
+        """``P_l``: the mean pruning score (``mean-importance``) or growth score
+        (``mean-pressure``) over the units that have statistics (0 if none)."""
+        scores = self.pruning_scores() if rule == "mean-importance" else self.growth_scores()
         known = scores[~scores.isnan()]
         return float(known.mean()) if known.numel() else 0.0
 
-    def observe_importance(self, per_unit_taylor: torch.Tensor) -> None:
-        self.importance.mul_(self.beta).add_(per_unit_taylor.square(), alpha=1 - self.beta)
+    def observe_importance(self, per_unit_score: torch.Tensor) -> None:
+        self.importance.mul_(self.beta).add_(per_unit_score, alpha=1 - self.beta)
         self.age += 1
 
     def observe_pressure(self, per_unit_grad_sq: torch.Tensor) -> None:
@@ -118,6 +134,7 @@ class UnitStatistics:
 
     model: nn.Module
     beta: float = 0.9
+    pruning_score: str = "taylor-squared"
     enabled: bool = True
     layers: dict[str, list[LayerStatistics]] = field(default_factory=dict)
     #: wall time spent inside the hooks (host time: on a GPU it excludes queued kernels)
@@ -125,6 +142,7 @@ class UnitStatistics:
     _handles: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        choose("pruning_score", self.pruning_score, PRUNING_SCORES)
         device = next(self.model.parameters()).device
         if not self.layers:
             self.layers = {kind: [LayerStatistics.fresh(unit_count(b, kind), self.beta, device)
@@ -159,9 +177,13 @@ class UnitStatistics:
         if not self.enabled or param.grad is None:
             return
         other = 1 - axis
-        taylor = (param * param.grad).sum(dim=other)
         stats = self.layers[kind][layer]
-        stats.observe_importance(_per_unit(taylor, blocks, stats.age.numel(), width))
+        if self.pruning_score == "magnitude":
+            score = _per_unit(param.square().sum(dim=other), blocks, stats.age.numel(), width)
+        else:
+            taylor = _per_unit((param * param.grad).sum(dim=other), blocks, stats.age.numel(), width)
+            score = taylor.square() if self.pruning_score == "taylor-squared" else taylor.abs()
+        stats.observe_importance(score)
 
     @torch.no_grad()
     def _pressure_hook(self, param, kind, layer, blocks, width, axis) -> None:

@@ -26,12 +26,12 @@ from torch.utils.data import Subset
 from tqdm import tqdm
 
 from ..version import __version__
-from ..core.budgets import check_density
+from ..core.budgets import STARTS, check_density, compute_budget, starting_allocation
 from ..core.configs import ModelConfig, get_model_config
 from ..core.counting import count_parameters, training_gflops_per_image
 from ..core.method import MethodController
 from ..core.models import build_model
-from ..errors import BarterError, check_integer
+from ..errors import BarterError, check_integer, choose
 from .checkpoints import CHECKPOINT_FORMAT, check_can_create, load_checkpoint, model_from_checkpoint, save_checkpoint, write_json
 from .data import load_dataset, make_loaders
 from .methods import MethodSetup, get_method
@@ -57,6 +57,8 @@ class RunConfig:
     train_subset: int | None = None
     transfer_multiplier: float | None = None
     delta_t: int | None = None
+    #: where a compact model starts (core.budgets.STARTS): even, or piled into the first or last layers
+    start: str = "even"
     data_root: str | None = None
     download: bool = False
     device: str = "auto"
@@ -68,6 +70,10 @@ class RunConfig:
         method = get_method(self.method)
         get_model_config(self.model)
         density = check_density(method.fixed_density or self.density)
+        choose("start", self.start, STARTS)
+        if self.start != "even" and method.full_width:
+            raise BarterError(f"start {self.start!r} needs a compact method: {self.method} trains full-width "
+                              "tensors, so only start 'even' applies")
         if self.epochs is not None:
             check_integer("epochs", self.epochs)
         if self.device not in ("auto", "cpu", "cuda"):
@@ -170,7 +176,10 @@ def build_training(run: RunConfig) -> Training:
     config = base_config.for_data(info.img_size, info.in_chans, info.num_classes)
 
     method = get_method(run.method)
-    model = build_model(config, method.model_density(run.density), drop_path=recipe.drop_path).to(device)
+    allocation = (None if method.full_width else
+                  starting_allocation(config, compute_budget(config, run.density), run.start))
+    model = build_model(config, method.model_density(run.density), allocation,
+                        drop_path=recipe.drop_path).to(device)
     optimizer = make_optimizer(model, recipe)
     total_steps = recipe.epochs * len(loaders[0])
     scheduler = CosineLRScheduler(
