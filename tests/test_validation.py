@@ -139,3 +139,11 @@ def test_truncated_or_foreign_checkpoints_are_one_line_errors(tmp_path):
                              "--out", str(tmp_path / "x.pt")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "not a readable checkpoint" in result.stderr
     assert not (tmp_path / "x.pt").exists()
+
+
+def test_a_flag_wins_over_the_same_setting_in_overrides():
+    from barter_mini.training.trainer import resolve_recipe
+    both = RunConfig(transfer_multiplier=2.0, overrides={"transfer_multiplier": 12.0, "clone_moments": "fresh"})
+    recipe = resolve_recipe(both, "cct")
+    assert recipe.barter.transfer_multiplier == 2.0 and recipe.barter.clone_moments == "fresh"
+    assert resolve_recipe(RunConfig(overrides={"transfer_multiplier": 12.0}), "cct").barter.transfer_multiplier == 12.0

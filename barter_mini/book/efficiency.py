@@ -29,6 +29,8 @@ class BenchProfile:
 BENCH_PROFILES = {
     "smoke": BenchProfile((("cct-mini", 16),), steps=2, warmup=1, segment_steps=1, update_samples=1),
     "quick": BenchProfile((("cct-paper", 32),), steps=3, warmup=1, segment_steps=2, update_samples=2),
+    "long": BenchProfile((("cct-paper", 32), ("vit-paper", 32)), steps=5, warmup=2, segment_steps=3,
+                         update_samples=3),
     "paper": BenchProfile((("cct-paper", 128), ("vit-paper", 256)), steps=20, warmup=5, segment_steps=50,
                           update_samples=5),
 }

@@ -1,6 +1,8 @@
 """Notebook profiles: how much compute a notebook spends.
 
 ``quick``  CPU-sized: meaningful figures on Fashion-MNIST in minutes on two cores.
+``long``   the quick recipe trained longer (10 epochs) on the full training split, every
+           grid run included: about 10x a quick run, for machines with hours to spare.
 ``smoke``  seconds: a few hundred images, for tests of the notebooks and the book.
 ``paper``  the paper's settings (cct-paper on CIFAR-100, Table 5 recipe), for a GPU.
 """
@@ -32,6 +34,8 @@ GRID_SUBSET_QUICK = 18000
 PROFILES: dict[str, Profile] = {
     "quick": Profile("quick", model="cct-mini", dataset="fashion-mnist", recipe="quick", epochs=3,
                      train_subset=None, grid_train_subset=GRID_SUBSET_QUICK),
+    "long": Profile("long", model="cct-mini", dataset="fashion-mnist", recipe="quick", epochs=10,
+                    train_subset=None, grid_train_subset=None),
     "smoke": Profile("smoke", model="cct-mini", dataset="fashion-mnist", recipe="smoke", epochs=1,
                      train_subset=512, grid_train_subset=512),
     "paper": Profile("paper", model="cct-paper", dataset="cifar100", recipe="paper", epochs=None,

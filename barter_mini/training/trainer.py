@@ -110,10 +110,11 @@ def make_optimizer(model: nn.Module, recipe: Recipe) -> torch.optim.AdamW:
 
 def resolve_recipe(run: RunConfig, family: str) -> Recipe:
     """The run's recipe with its command-line overrides applied."""
-    return with_overrides(
-        get_recipe(run.recipe, family), epochs=run.epochs, batch_size=run.batch_size, lr=run.lr,
-        train_subset=run.train_subset, transfer_multiplier=run.transfer_multiplier,
-        delta_t=run.delta_t, **run.overrides)
+    flags = {"epochs": run.epochs, "batch_size": run.batch_size, "lr": run.lr, "train_subset": run.train_subset,
+             "transfer_multiplier": run.transfer_multiplier, "delta_t": run.delta_t}
+    # a flag that is set wins over the same setting in ``overrides``
+    return with_overrides(get_recipe(run.recipe, family),
+                          **{**run.overrides, **{k: v for k, v in flags.items() if v is not None}})
 
 
 @torch.no_grad()

@@ -1,0 +1,254 @@
+"""Does reallocation pay? BARTER against its own frozen allocation, run for run.
+
+The chapter ``05_reallocation`` compares variants of the compact model that differ in one
+thing each: how (or whether) they move capacity, or where they start. Every variant is
+trained on the same seeds as Static, and since a seed fixes the initial weights, the data
+order and the validation split, the comparison is *paired*: the difference ``variant -
+static`` is taken seed by seed, and its mean and sample standard deviation say whether a
+gap is larger than the seed-to-seed noise (which on the quick profile is larger than most
+gaps between the variants).
+
+Design choices are made on validation Top-1 (``val_acc``); test Top-1 is reported beside it
+and never used to choose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from tqdm import tqdm
+
+from ..errors import BarterError, choose
+from ..training.cache import cached_train
+from ..training.trainer import RunConfig
+from .experiments import mean_std, profile_run
+from .profiles import Profile
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A compact method with some of BARTER's settings changed, from some start."""
+
+    method: str
+    overrides: dict = field(default_factory=dict)
+    start: str = "even"
+
+
+#: the design choices of the paper's Figure 2 that the paper leaves open, one change each
+#: from BARTER's defaults (core.barter.BarterSettings), plus the frozen allocation
+DESIGN_VARIANTS: dict[str, Variant] = {
+    "static": Variant("static"),
+    "barter": Variant("barter"),
+    "split clone moments": Variant("barter", {"clone_moments": "split"}),
+    "fresh clone moments": Variant("barter", {"clone_moments": "fresh"}),
+    "no symmetry noise": Variant("barter", {"symmetry_noise": 0.0}),
+    "receiver by mean pressure": Variant("barter", {"receiver_rule": "mean-pressure"}),
+    "pruning by |Taylor|": Variant("barter", {"pruning_score": "taylor-abs"}),
+    "pruning by magnitude": Variant("barter", {"pruning_score": "magnitude"}),
+    "paper's transfer count (x1)": Variant("barter", {"transfer_multiplier": 1.0}),
+}
+
+#: the deliberately poor start (capacity piled into the first layers) and the transfer
+#: multiplier that lets BARTER move enough units to undo it
+POOR_START = "first"
+POOR_START_MULTIPLIER = 12.0
+POOR_START_VARIANTS: dict[str, Variant] = {
+    "static, piled start": Variant("static", start=POOR_START),
+    "barter, piled start": Variant("barter", start=POOR_START),
+    f"barter x{POOR_START_MULTIPLIER:g}, piled start": Variant(
+        "barter", {"transfer_multiplier": POOR_START_MULTIPLIER}, start=POOR_START),
+}
+
+VARIANTS = {**DESIGN_VARIANTS, **POOR_START_VARIANTS}
+
+#: seeds per notebook profile when the notebook is not given any: five where gaps are a few
+#: tenths of a point (the seed-to-seed noise of the quick profile is ~0.8), one for smoke tests
+DEFAULT_SEEDS = {"smoke": (0,), "quick": (0, 1, 2, 3, 4), "long": (0, 1, 2, 3, 4), "paper": (0, 1, 2)}
+#: the smoke book trains one variant of each kind, the others every variant
+SMOKE_DESIGN_VARIANTS = ("static", "barter", "fresh clone moments")
+
+
+def study_defaults(profile: str, seeds=(), labels=()) -> tuple[list[int], list[str]]:
+    """The chapter's seeds and design variants: the ones given, else the profile's defaults."""
+    choose("profile", profile, DEFAULT_SEEDS)
+    seeds = list(seeds) or list(DEFAULT_SEEDS[profile])
+    labels = list(labels) or list(SMOKE_DESIGN_VARIANTS if profile == "smoke" else DESIGN_VARIANTS)
+    return seeds, check_labels(labels)
+
+
+def variant_run(setup: Profile, variant: Variant, density: float, seed: int) -> RunConfig:
+    """The profile's run of ``variant`` (overrides of BARTER's settings and its start applied)."""
+    return replace(profile_run(setup, variant.method, density, seed), start=variant.start,
+                   overrides=dict(variant.overrides))
+
+
+def check_labels(labels, variants: dict[str, Variant] = VARIANTS) -> list[str]:
+    labels = list(labels)
+    if not labels:
+        raise BarterError(f"variants must name at least one of {', '.join(variants)}")
+    for label in labels:
+        if label not in variants:
+            raise BarterError(f"unknown variant {label!r}: choose from {', '.join(variants)}")
+    return labels
+
+
+def run_variants(setup: Profile, labels, density: float, seeds, progress: bool = True,
+                 variants: dict[str, Variant] = VARIANTS) -> pd.DataFrame:
+    """Train (or read from the run cache) every variant on every seed; one row per run.
+
+    Columns: variant, method, start, seed, validation and test Top-1 and macro-F1 (%), the
+    units executed per kind and the final heads and FFN channels per layer.
+    """
+    labels = check_labels(labels, variants)
+    rows = []
+    for label, seed in tqdm([(l, s) for l in labels for s in seeds], desc="runs", disable=not progress):
+        variant = variants[label]
+        metrics = cached_train(variant_run(setup, variant, density, seed))
+        executed = metrics.get("transfers_executed") or {"heads": 0, "ffn": 0}
+        rows.append({"variant": label, "method": variant.method, "start": variant.start, "seed": seed,
+                     "val_acc": 100 * metrics["val_acc"], "acc": 100 * metrics["test_acc"],
+                     "val_f1": 100 * metrics["val_macro_f1"], "f1": 100 * metrics["test_macro_f1"],
+                     "heads_moved": executed["heads"], "ffn_moved": executed["ffn"],
+                     "heads": tuple(metrics["allocation"]["heads"]), "ffn": tuple(metrics["allocation"]["ffn"])})
+    return pd.DataFrame(rows)
+
+
+def paired_against(runs: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """Per variant: mean +- sample std of validation and test Top-1 (%), and the paired
+    difference ``variant - reference`` over the seeds both have (mean +- sample std, points),
+    with the number of seeds on which the variant's validation Top-1 is above the reference's.
+
+    A paired difference whose mean is within one standard error ``std / sqrt(n)`` of zero
+    is not a difference these seeds can see.
+    """
+    if reference not in set(runs["variant"]):
+        raise BarterError(f"the paired table needs the reference {reference!r} among the runs")
+    base = runs[runs["variant"] == reference].set_index("seed")
+    rows = []
+    for label, own in runs.groupby("variant", sort=False):
+        own = own.set_index("seed")
+        seeds = own.index.intersection(base.index)
+        val_diff = own.loc[seeds, "val_acc"] - base.loc[seeds, "val_acc"]
+        test_diff = own.loc[seeds, "acc"] - base.loc[seeds, "acc"]
+        rows.append({"variant": label, "seeds": len(own),
+                     "val_mean": own["val_acc"].mean(), "val_std": own["val_acc"].std(),
+                     "test_mean": own["acc"].mean(), "test_std": own["acc"].std(),
+                     "val_diff_mean": val_diff.mean(), "val_diff_std": val_diff.std(),
+                     "test_diff_mean": test_diff.mean(), "test_diff_std": test_diff.std(),
+                     "val_wins": int((val_diff > 0).sum()), "paired_seeds": len(seeds)})
+    return pd.DataFrame(rows)
+
+
+def paired_table(paired: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """:func:`paired_against` as a page shows it: ``mean ± std`` cells."""
+    return pd.DataFrame({
+        "variant": paired["variant"], "seeds": paired["seeds"],
+        "validation Top-1 (%)": [mean_std(m, s) for m, s in zip(paired["val_mean"], paired["val_std"])],
+        "test Top-1 (%)": [mean_std(m, s) for m, s in zip(paired["test_mean"], paired["test_std"])],
+        f"validation minus {reference} (points)": [mean_std(m, s) for m, s in
+                                                   zip(paired["val_diff_mean"], paired["val_diff_std"])],
+        f"test minus {reference} (points)": [mean_std(m, s) for m, s in
+                                             zip(paired["test_diff_mean"], paired["test_diff_std"])],
+        "seeds above on validation": [f"{w} of {n}" for w, n in zip(paired["val_wins"], paired["paired_seeds"])],
+    })
+
+
+def verdict(paired: pd.DataFrame, variant: str, reference: str) -> str:
+    """One sentence, from the numbers: is ``variant`` above, below or level with ``reference``
+    on validation Top-1, paired by seed, beyond one standard error?"""
+    choose("variant", variant, set(paired["variant"]))
+    row = paired.set_index("variant").loc[variant]
+    n, mean, std = int(row["paired_seeds"]), row["val_diff_mean"], row["val_diff_std"]
+    if n < 2 or pd.isna(std):
+        return (f"{variant} minus {reference}: {mean:+.2f} points of validation Top-1 on one seed; "
+                "one seed cannot tell a difference from noise.")
+    error = std / n ** 0.5
+    side = ("above" if mean > error else "below" if mean < -error else "level with (within one standard error of)")
+    return (f"{variant} is {side} {reference}: {mean:+.2f} ± {std:.2f} points of validation Top-1 "
+            f"paired over {n} seeds (standard error {error:.2f}; above on {int(row['val_wins'])} of {n}); "
+            f"test: {row['test_diff_mean']:+.2f} ± {row['test_diff_std']:.2f}.")
+
+
+# ----------------------------------------------------------------------------- probes
+
+def update_costs(probe: dict) -> pd.DataFrame:
+    """One row per probed update and unit kind of a :func:`barter_mini.measure.reallocation.probe_run` result:
+    units moved, receiver, and the change of probe loss (validation images) caused by the prune
+    part alone, by the clone part alone (with the run's symmetry noise and exact), by the
+    whole update, and 20 steps later, with the clone's largest relative logit change in
+    millionths (1e-6), with the run's symmetry noise and without."""
+    rows = []
+    for update in probe["probe"]["updates"]:
+        before = update["before"]["loss"]
+        later = update.get("later", {}).get("20", {}).get("loss")
+        for kind, part in update["kinds"].items():
+            rows.append({"step": update["step"], "kind": kind, "units": part["units"], "receiver": part["receiver"],
+                         "prune": part["after_prune"]["loss"] - before,
+                         "clone": part["after_clone"]["loss"] - before,
+                         "exact clone": part["after_exact_clone"]["loss"] - before,
+                         "whole update": update["after"]["loss"] - before,
+                         "20 steps later": (later - before) if later is not None else float("nan"),
+                         "clone logit change (1e-6)": 1e6 * part["after_clone_logit_change"],
+                         "exact clone logit change (1e-6)": 1e6 * part["after_exact_clone_logit_change"]})
+    return pd.DataFrame(rows)
+
+
+def clone_divergence(probe: dict) -> pd.DataFrame:
+    """Mean ``||w_clone - w_parent|| / ||w_parent||`` per unit kind, 1, 5 and 20 steps after
+    the updates: a pair whose distance stays where the symmetry noise put it moves in
+    lockstep and adds no capacity."""
+    rows = [{"kind": pairs["kind"], "after steps": int(steps), "distance": distance}
+            for pairs in probe["probe"]["clone_distances"] for steps, distance in pairs["distance"].items()]
+    if not rows:
+        return pd.DataFrame(columns=["kind", "after steps", "distance"])
+    return pd.DataFrame(rows).groupby(["kind", "after steps"], as_index=False)["distance"].mean()
+
+
+def importance_frame(probes: dict[str, dict], kind: str) -> pd.DataFrame:
+    """Per probed run (label), update step and layer: the growth priority ``P_l`` (mean
+    pruning score) and the layer's total pruning score, for ``kind``."""
+    choose("kind", kind, ("heads", "ffn"))
+    rows = []
+    for label, probe in probes.items():
+        for point in probe["probe"]["importance"]:
+            for layer, (priority, total) in enumerate(zip(point[kind]["priority"], point[kind]["total"])):
+                rows.append({"run": label, "step": point["step"], "layer": layer,
+                             "priority": priority, "total": total})
+    return pd.DataFrame(rows)
+
+
+def plot_paired(runs: pd.DataFrame, reference: str, labels=None):
+    """Validation Top-1 per seed: one line per variant across seeds, the reference in black."""
+    labels = list(labels) if labels is not None else list(dict.fromkeys(runs["variant"]))
+    fig, ax = plt.subplots(figsize=(7.5, 3.6), constrained_layout=True)
+    for label in labels:
+        own = runs[runs["variant"] == label].sort_values("seed")
+        style = {"color": "black", "lw": 2.2} if label == reference else {"lw": 1.2, "alpha": 0.85}
+        ax.plot(own["seed"], own["val_acc"], marker="o", label=label, **style)
+    ax.set_xlabel("seed")
+    ax.set_ylabel("validation Top-1 (%)")
+    ax.set_xticks(sorted(set(runs["seed"])))
+    ax.legend(fontsize="small", ncols=2)
+    return fig
+
+
+def plot_importance(frame: pd.DataFrame, value: str = "total", title: str = ""):
+    """``value`` ("priority" or "total") per layer over the update steps, one panel per run."""
+    choose("value", value, ("priority", "total"))
+    runs = list(dict.fromkeys(frame["run"]))
+    fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.2), sharey=True, constrained_layout=True,
+                             squeeze=False)
+    for ax, run in zip(axes[0], runs):
+        own = frame[frame["run"] == run]
+        for layer, points in own.groupby("layer"):
+            ax.plot(points["step"], points[value], label=f"layer {layer}")
+        ax.set_title(run)
+        ax.set_xlabel("step")
+        ax.set_yscale("log")
+    axes[0][0].set_ylabel("mean pruning score" if value == "priority" else "total pruning score")
+    axes[0][-1].legend(fontsize="small")
+    if title:
+        fig.suptitle(title)
+    return fig
