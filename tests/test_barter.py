@@ -102,6 +102,8 @@ update = st.fixed_dictionaries({
     "k_heads": st.integers(0, 5), "k_ffn": st.integers(0, 10),
     "min_age": st.integers(1, 4), "seed": st.integers(0, 2**16),
     "random_receiver": st.booleans(), "random_donor": st.booleans(),
+    "clone_moments": st.sampled_from(["split", "fresh"]),
+    "receiver_rule": st.sampled_from(["mean-importance", "mean-pressure"]),
 })
 
 
@@ -125,7 +127,8 @@ def test_budgets_and_bounds_hold_after_random_updates(updates):
                         for u_ in range(s.age.numel()) if s.age[u_] < u["min_age"]]
                  for kind in ("heads", "ffn")}
         settings_ = BarterSettings(min_age=u["min_age"], random_receiver=u["random_receiver"],
-                                   random_donor=u["random_donor"])
+                                   random_donor=u["random_donor"], clone_moments=u["clone_moments"],
+                                   receiver_rule=u["receiver_rule"])
         import numpy as np
         records = topology_update(model, {"heads": u["k_heads"], "ffn": u["k_ffn"]}, statistics,
                                   optimizer, settings_, np.random.default_rng(u["seed"]), g)

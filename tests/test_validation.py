@@ -147,3 +147,21 @@ def test_a_flag_wins_over_the_same_setting_in_overrides():
     recipe = resolve_recipe(both, "cct")
     assert recipe.barter.transfer_multiplier == 2.0 and recipe.barter.clone_moments == "fresh"
     assert resolve_recipe(RunConfig(overrides={"transfer_multiplier": 12.0}), "cct").barter.transfer_multiplier == 12.0
+
+
+def test_a_given_allocation_must_hold_the_budgets(tmp_path):
+    from barter_mini.core.configs import get_model_config
+    from barter_mini.training.trainer import start_allocation
+    config = get_model_config("cct-mini")
+    run = RunConfig(method="static", density=0.3, allocation={"heads": [6, 2, 2, 2], "ffn": [10, 20, 30, 94]})
+    assert start_allocation(run.validate(), config).ffn == (10, 20, 30, 94)
+    with pytest.raises(BarterError, match="the given allocation holds 12 heads and 155 FFN channels; density 0.3"):
+        start_allocation(RunConfig(method="static", allocation={"heads": [6, 2, 2, 2], "ffn": [11, 20, 30, 94]}),
+                         config)
+    with pytest.raises(BarterError, match="ffn allocation .* is invalid for cct-mini"):
+        start_allocation(RunConfig(method="static", allocation={"heads": [6, 2, 2, 2], "ffn": [0, 30, 30, 94]}),
+                         config)
+    with pytest.raises(BarterError, match="give either start 'first' or an allocation, not both"):
+        RunConfig(method="static", start="first", allocation={"heads": [3] * 4, "ffn": [39, 39, 38, 38]}).validate()
+    with pytest.raises(BarterError, match="a given allocation needs a compact method"):
+        RunConfig(method="set", allocation={"heads": [3] * 4, "ffn": [39, 39, 38, 38]}).validate()

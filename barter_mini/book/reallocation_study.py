@@ -34,6 +34,8 @@ class Variant:
     method: str
     overrides: dict = field(default_factory=dict)
     start: str = "even"
+    #: start instead from the allocation the variant of this name ends with on the same seed
+    allocation_from: str | None = None
 
 
 #: the design choices of the paper's Figure 2 that the paper leaves open, one change each
@@ -61,7 +63,13 @@ POOR_START_VARIANTS: dict[str, Variant] = {
         "barter", {"transfer_multiplier": POOR_START_MULTIPLIER}, start=POOR_START),
 }
 
-VARIANTS = {**DESIGN_VARIANTS, **POOR_START_VARIANTS}
+#: does the allocation BARTER finds beat the even one when trained from the start? If not,
+#: moving units cannot pay on this task however cheap the moves are
+FOUND_ALLOCATION_VARIANTS: dict[str, Variant] = {
+    "static, from barter's end": Variant("static", allocation_from="barter"),
+}
+
+VARIANTS = {**DESIGN_VARIANTS, **POOR_START_VARIANTS, **FOUND_ALLOCATION_VARIANTS}
 
 #: seeds per notebook profile when the notebook is not given any: five where gaps are a few
 #: tenths of a point (the seed-to-seed noise of the quick profile is ~0.8), one for smoke tests
@@ -78,10 +86,23 @@ def study_defaults(profile: str, seeds=(), labels=()) -> tuple[list[int], list[s
     return seeds, check_labels(labels)
 
 
-def variant_run(setup: Profile, variant: Variant, density: float, seed: int) -> RunConfig:
-    """The profile's run of ``variant`` (overrides of BARTER's settings and its start applied)."""
-    return replace(profile_run(setup, variant.method, density, seed), start=variant.start,
-                   overrides=dict(variant.overrides))
+def final_allocation(metrics: dict) -> dict[str, list[int]]:
+    """The per-layer heads and FFN channels a run ended with (after its last update)."""
+    history = metrics.get("allocation_history")
+    last = history[-1] if history else metrics["allocation"]
+    return {"heads": list(last["heads"]), "ffn": list(last["ffn"])}
+
+
+def variant_run(setup: Profile, variant: Variant, density: float, seed: int,
+                variants: dict[str, Variant] | None = None) -> RunConfig:
+    """The profile's run of ``variant`` (overrides of BARTER's settings and its start applied;
+    a variant that starts where another ends trains that one first, through the run cache)."""
+    run = replace(profile_run(setup, variant.method, density, seed), start=variant.start,
+                  overrides=dict(variant.overrides))
+    if variant.allocation_from is not None:
+        source = (variants or VARIANTS)[variant.allocation_from]
+        run = replace(run, allocation=final_allocation(cached_train(variant_run(setup, source, density, seed))))
+    return run
 
 
 def check_labels(labels, variants: dict[str, Variant] = VARIANTS) -> list[str]:
@@ -105,7 +126,7 @@ def run_variants(setup: Profile, labels, density: float, seeds, progress: bool =
     rows = []
     for label, seed in tqdm([(l, s) for l in labels for s in seeds], desc="runs", disable=not progress):
         variant = variants[label]
-        metrics = cached_train(variant_run(setup, variant, density, seed))
+        metrics = cached_train(variant_run(setup, variant, density, seed, variants))
         executed = metrics.get("transfers_executed") or {"heads": 0, "ffn": 0}
         rows.append({"variant": label, "method": variant.method, "start": variant.start, "seed": seed,
                      "val_acc": 100 * metrics["val_acc"], "acc": 100 * metrics["test_acc"],
@@ -165,8 +186,9 @@ def verdict(paired: pd.DataFrame, variant: str, reference: str) -> str:
         return (f"{variant} minus {reference}: {mean:+.2f} points of validation Top-1 on one seed; "
                 "one seed cannot tell a difference from noise.")
     error = std / n ** 0.5
-    side = ("above" if mean > error else "below" if mean < -error else "level with (within one standard error of)")
-    return (f"{variant} is {side} {reference}: {mean:+.2f} ± {std:.2f} points of validation Top-1 "
+    side = "above" if mean > error else "below" if mean < -error else "level with"
+    within = " (within one standard error)" if side == "level with" else ""
+    return (f"{variant} is {side} {reference}{within}: {mean:+.2f} ± {std:.2f} points of validation Top-1 "
             f"paired over {n} seeds (standard error {error:.2f}; above on {int(row['val_wins'])} of {n}); "
             f"test: {row['test_diff_mean']:+.2f} ± {row['test_diff_std']:.2f}.")
 

@@ -26,7 +26,7 @@ from torch.utils.data import Subset
 from tqdm import tqdm
 
 from ..version import __version__
-from ..core.budgets import STARTS, check_density, compute_budget, starting_allocation
+from ..core.budgets import STARTS, Allocation, check_allocation, check_density, compute_budget, starting_allocation
 from ..core.configs import ModelConfig, get_model_config
 from ..core.counting import count_parameters, training_gflops_per_image
 from ..core.method import MethodController
@@ -59,6 +59,8 @@ class RunConfig:
     delta_t: int | None = None
     #: where a compact model starts (core.budgets.STARTS): even, or piled into the first or last layers
     start: str = "even"
+    #: or an explicit starting allocation ``{"heads": [...], "ffn": [...]}`` with the density's budgets
+    allocation: dict | None = None
     data_root: str | None = None
     download: bool = False
     device: str = "auto"
@@ -71,9 +73,12 @@ class RunConfig:
         get_model_config(self.model)
         density = check_density(method.fixed_density or self.density)
         choose("start", self.start, STARTS)
-        if self.start != "even" and method.full_width:
-            raise BarterError(f"start {self.start!r} needs a compact method: {self.method} trains full-width "
+        if (self.start != "even" or self.allocation is not None) and method.full_width:
+            what = f"start {self.start!r}" if self.start != "even" else "a given allocation"
+            raise BarterError(f"{what} needs a compact method: {self.method} trains full-width "
                               "tensors, so only start 'even' applies")
+        if self.allocation is not None and self.start != "even":
+            raise BarterError(f"give either start {self.start!r} or an allocation, not both")
         if self.epochs is not None:
             check_integer("epochs", self.epochs)
         if self.device not in ("auto", "cpu", "cuda"):
@@ -160,6 +165,19 @@ class Training:
                 "epoch": epoch, "step": self.step, "val": val}
 
 
+def start_allocation(run: RunConfig, config: ModelConfig) -> Allocation:
+    """Where a compact run starts: its ``start`` rule, or its given ``allocation``, which must
+    hold exactly the density's budgets (core.budgets.compute_budget) within each layer's bounds."""
+    budget = compute_budget(config, run.density)
+    if run.allocation is None:
+        return starting_allocation(config, budget, run.start)
+    given = check_allocation(config, Allocation(heads=tuple(run.allocation["heads"]), ffn=tuple(run.allocation["ffn"])))
+    if (sum(given.heads), sum(given.ffn)) != (budget.heads, budget.ffn):
+        raise BarterError(f"the given allocation holds {sum(given.heads)} heads and {sum(given.ffn)} FFN channels; "
+                          f"density {run.density:g} of {config.name} budgets {budget.heads} and {budget.ffn}")
+    return given
+
+
 def build_training(run: RunConfig) -> Training:
     """Data, model, optimizer, LR schedule and the method's controller of ``run``."""
     run = run.validate()
@@ -177,8 +195,7 @@ def build_training(run: RunConfig) -> Training:
     config = base_config.for_data(info.img_size, info.in_chans, info.num_classes)
 
     method = get_method(run.method)
-    allocation = (None if method.full_width else
-                  starting_allocation(config, compute_budget(config, run.density), run.start))
+    allocation = None if method.full_width else start_allocation(run, config)
     model = build_model(config, method.model_density(run.density), allocation,
                         drop_path=recipe.drop_path).to(device)
     optimizer = make_optimizer(model, recipe)
