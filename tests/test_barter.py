@@ -102,7 +102,7 @@ update = st.fixed_dictionaries({
     "k_heads": st.integers(0, 5), "k_ffn": st.integers(0, 10),
     "min_age": st.integers(1, 4), "seed": st.integers(0, 2**16),
     "random_receiver": st.booleans(), "random_donor": st.booleans(),
-    "clone_moments": st.sampled_from(["split", "fresh"]),
+    "clone_moments": st.sampled_from(["split", "fresh", "zero-momentum"]),
     "receiver_rule": st.sampled_from(["mean-importance", "mean-pressure"]),
 })
 

@@ -101,3 +101,11 @@ def test_update_costs_and_divergence_from_a_probe():
     assert divergence[1] == pytest.approx(0.02) and divergence[20] == pytest.approx(0.04)
     importance = study.importance_frame({"barter": probe}, "ffn")
     assert list(importance["total"]) == [3.0, 4.0] and list(importance["layer"]) == [0, 1]
+
+
+def test_every_clone_moment_setting_has_its_variant():
+    from barter_mini.core.barter import CLONE_MOMENTS, BarterSettings
+    assert set(study.CLONE_MOMENT_VARIANTS) == set(CLONE_MOMENTS)
+    for moments, label in study.CLONE_MOMENT_VARIANTS.items():
+        assert study.VARIANTS[label].overrides == {"clone_moments": moments}
+    assert study.barter_defaults(PROFILES["quick"]).clone_moments == BarterSettings().clone_moments

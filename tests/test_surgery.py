@@ -209,3 +209,21 @@ def test_fresh_clone_moments_are_zero_and_the_parent_keeps_its_own(tiny_config):
     assert not optimizer.state[block.mlp.fc2.weight]["exp_avg"][:, count].any()
     torch.testing.assert_close(state["exp_avg"][2], 0.5 * parent_state, rtol=1e-6, atol=1e-9)
     assert_in_sync(model, optimizer)
+
+
+def test_zero_momentum_clones_keep_their_split_second_moment(tiny_config):
+    model, optimizer, stats, x, y = warmed_up(tiny_config)
+    block = model.blocks[1]
+    parent_sq = optimizer.state[block.mlp.fc1.weight]["exp_avg_sq"][2].clone()
+    count = block.mlp.fc1.out_features
+    clone(block, "ffn", [2], stats.layers["ffn"][1], optimizer, alpha=0.5, symmetry_noise=0.0,
+          clone_moments="zero-momentum")
+    state = optimizer.state[block.mlp.fc1.weight]
+    assert not state["exp_avg"][count].any() and state["exp_avg"][2].any()
+    # the split's second moment: the clone's gradient is (1 - alpha) of the parent's old one
+    torch.testing.assert_close(state["exp_avg_sq"][count], 0.25 * parent_sq, rtol=1e-6, atol=1e-12)
+    assert not optimizer.state[block.mlp.fc2.weight]["exp_avg"][:, count].any()
+    assert optimizer.state[block.mlp.fc2.weight]["exp_avg_sq"][:, count].any()
+    assert_in_sync(model, optimizer)
+    train_step(model, optimizer, x, y)
+    assert_in_sync(model, optimizer)

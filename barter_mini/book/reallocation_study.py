@@ -22,7 +22,8 @@ from tqdm import tqdm
 
 from ..errors import BarterError, choose
 from ..training.cache import cached_train
-from ..training.trainer import RunConfig
+from ..core.configs import get_model_config
+from ..training.trainer import RunConfig, resolve_recipe
 from .experiments import mean_std, profile_run
 from .profiles import Profile
 
@@ -45,12 +46,23 @@ DESIGN_VARIANTS: dict[str, Variant] = {
     "barter": Variant("barter"),
     "split clone moments": Variant("barter", {"clone_moments": "split"}),
     "fresh clone moments": Variant("barter", {"clone_moments": "fresh"}),
+    "zero-momentum clones": Variant("barter", {"clone_moments": "zero-momentum"}),
     "no symmetry noise": Variant("barter", {"symmetry_noise": 0.0}),
     "receiver by mean pressure": Variant("barter", {"receiver_rule": "mean-pressure"}),
     "pruning by |Taylor|": Variant("barter", {"pruning_score": "taylor-abs"}),
     "pruning by magnitude": Variant("barter", {"pruning_score": "magnitude"}),
     "paper's transfer count (x1)": Variant("barter", {"transfer_multiplier": 1.0}),
 }
+
+#: each BarterSettings.clone_moments value -> the variant that sets it
+CLONE_MOMENT_VARIANTS = {"split": "split clone moments", "fresh": "fresh clone moments",
+                         "zero-momentum": "zero-momentum clones"}
+
+
+def barter_defaults(setup: Profile):
+    """The BarterSettings a profile's BARTER run trains with (its recipe's)."""
+    return resolve_recipe(profile_run(setup, "barter", 0.5, 0), get_model_config(setup.model).family).barter
+
 
 #: the deliberately poor start (capacity piled into the first layers) and the transfer
 #: multiplier that lets BARTER move enough units to undo it

@@ -29,11 +29,11 @@ from ..errors import BarterError, check_in_range, check_integer, choose
 from .budgets import Budget
 from .method import MethodController
 from .unit_statistics import PRUNING_SCORES, RECEIVER_RULES, LayerStatistics, UnitStatistics
-from .surgery import UNIT_KINDS, perturb_input_parameters, regather_units, reset_optimizer_state, unit_count
+from .surgery import MOMENTUM_STATES, UNIT_KINDS, perturb_input_parameters, regather_units, reset_optimizer_state, unit_count
 
 
 #: what a clone's optimizer state starts as (BarterSettings.clone_moments)
-CLONE_MOMENTS = ("split", "fresh")
+CLONE_MOMENTS = ("split", "fresh", "zero-momentum")
 
 
 @dataclass(frozen=True)
@@ -250,6 +250,8 @@ def clone(block: nn.Module, kind: str, parents: list[int], stats: LayerStatistic
     regather_units(block, kind, sources, out_scale, optimizer)
     if clone_moments == "fresh":
         reset_optimizer_state(block, kind, clone_index, optimizer)
+    elif clone_moments == "zero-momentum":
+        reset_optimizer_state(block, kind, clone_index, optimizer, only=MOMENTUM_STATES)
     if symmetry_noise > 0:
         perturb_input_parameters(block, kind, parent_index, clone_index, alpha, symmetry_noise, generator)
     fresh = torch.zeros(count + k, dtype=torch.bool)

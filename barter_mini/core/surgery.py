@@ -169,11 +169,16 @@ def regather_units(block: nn.Module, kind: str, sources: torch.Tensor, out_scale
     _set_unit_count(block, kind, int(sources.numel()))
 
 
+#: the optimizer states that carry a parameter's momentum (AdamW/Adam, SGD)
+MOMENTUM_STATES = ("exp_avg", "momentum_buffer")
+
+
 @torch.no_grad()
 def reset_optimizer_state(block: nn.Module, kind: str, units: torch.Tensor,
-                          optimizer: torch.optim.Optimizer | None) -> None:
-    """Zero every per-element optimizer state entry of ``units`` (input and output parameters);
-    the tensor's step count is shared by all its entries and is kept."""
+                          optimizer: torch.optim.Optimizer | None, only=None) -> None:
+    """Zero the per-element optimizer state entries of ``units`` (input and output parameters):
+    every one, or those named in ``only`` (e.g. :data:`MOMENTUM_STATES`). The tensor's step
+    count is shared by all its entries and is kept."""
     if optimizer is None:
         return
     count = unit_count(block, kind)
@@ -182,8 +187,8 @@ def reset_optimizer_state(block: nn.Module, kind: str, units: torch.Tensor,
         if not state:
             continue
         index = spec.element_index(units.to(spec.tensor.device), count)
-        for value in state.values():
-            if torch.is_tensor(value) and value.shape == spec.tensor.shape:
+        for key, value in state.items():
+            if (only is None or key in only) and torch.is_tensor(value) and value.shape == spec.tensor.shape:
                 value.index_fill_(spec.axis, index, 0.0)
 
 
