@@ -64,6 +64,8 @@ def test_donors_leave_every_layer_one_unit_and_spare_young_units():
 def test_parents_are_the_highest_growth_scores():
     stats = layer([1, 1, 1, 1], pressure=[0.2, 9.0, 0.1, 4.0], age=[3, 3, 0, 3])
     assert select_parents(stats, 2) == [1, 3]
+    by_importance = layer([5.0, 1.0, 9.0, 7.0], pressure=[0.2, 9.0, 0.1, 4.0], age=[3, 3, 0, 3])
+    assert select_parents(by_importance, 2, "importance") == [3, 0]     # unit 2 has no statistics
 
 
 def test_random_variants_use_the_generator():
@@ -104,6 +106,7 @@ update = st.fixed_dictionaries({
     "random_receiver": st.booleans(), "random_donor": st.booleans(),
     "clone_moments": st.sampled_from(["split", "fresh", "zero-momentum"]),
     "receiver_rule": st.sampled_from(["mean-importance", "mean-pressure"]),
+    "parent_score": st.sampled_from(["pressure", "importance"]),
 })
 
 
@@ -128,7 +131,7 @@ def test_budgets_and_bounds_hold_after_random_updates(updates):
                  for kind in ("heads", "ffn")}
         settings_ = BarterSettings(min_age=u["min_age"], random_receiver=u["random_receiver"],
                                    random_donor=u["random_donor"], clone_moments=u["clone_moments"],
-                                   receiver_rule=u["receiver_rule"])
+                                   receiver_rule=u["receiver_rule"], parent_score=u["parent_score"])
         import numpy as np
         records = topology_update(model, {"heads": u["k_heads"], "ffn": u["k_ffn"]}, statistics,
                                   optimizer, settings_, np.random.default_rng(u["seed"]), g)

@@ -63,7 +63,8 @@ def test_unknown_variants_and_missing_reference_are_one_line_errors():
 def test_defaults_per_profile():
     assert study.study_defaults("smoke") == ([0], list(study.SMOKE_DESIGN_VARIANTS))
     seeds, labels = study.study_defaults("quick")
-    assert seeds == [0, 1, 2, 3, 4] and labels == list(study.DESIGN_VARIANTS)
+    assert seeds == [0, 1, 2, 3, 4] and labels == list(study.BOOK_DESIGN_VARIANTS)
+    assert set(study.BOOK_DESIGN_VARIANTS) <= set(study.DESIGN_VARIANTS)
     assert study.study_defaults("quick", [7], ["barter"]) == ([7], ["barter"])
     assert set(study.DEFAULT_SEEDS) == set(PROFILES)
 

@@ -51,6 +51,11 @@ DESIGN_VARIANTS: dict[str, Variant] = {
     "receiver by mean pressure": Variant("barter", {"receiver_rule": "mean-pressure"}),
     "pruning by |Taylor|": Variant("barter", {"pruning_score": "taylor-abs"}),
     "pruning by magnitude": Variant("barter", {"pruning_score": "magnitude"}),
+    "parents by importance": Variant("barter", {"parent_score": "importance"}),
+    "protection 1 step (min age 1)": Variant("barter", {"min_age": 1}),
+    "split alpha 0.7": Variant("barter", {"split_alpha": 0.7}),
+    "statistics EMA 0.99": Variant("barter", {"stats_beta": 0.99}),
+    "update every 20 steps": Variant("barter", {"delta_t": 20}),
     "paper's transfer count (x1)": Variant("barter", {"transfer_multiplier": 1.0}),
 }
 
@@ -86,7 +91,12 @@ VARIANTS = {**DESIGN_VARIANTS, **POOR_START_VARIANTS, **FOUND_ALLOCATION_VARIANT
 #: seeds per notebook profile when the notebook is not given any: five where gaps are a few
 #: tenths of a point (the seed-to-seed noise of the quick profile is ~0.8), one for smoke tests
 DEFAULT_SEEDS = {"smoke": (0,), "quick": (0, 1, 2, 3, 4), "long": (0, 1, 2, 3, 4), "paper": (0, 1, 2)}
-#: the smoke book trains one variant of each kind, the others every variant
+#: what the book trains by default: the clone's optimizer state (the choice that decides
+#: whether a clone becomes a unit), the receiver rule, the pruning score and the transfer
+#: count; the other variants run when named (the ``variants`` parameter)
+BOOK_DESIGN_VARIANTS = ("static", "barter", "split clone moments", "fresh clone moments", "zero-momentum clones",
+                        "receiver by mean pressure", "pruning by magnitude", "paper's transfer count (x1)")
+#: the smoke book trains one variant of each kind
 SMOKE_DESIGN_VARIANTS = ("static", "barter", "fresh clone moments")
 
 
@@ -94,7 +104,7 @@ def study_defaults(profile: str, seeds=(), labels=()) -> tuple[list[int], list[s
     """The chapter's seeds and design variants: the ones given, else the profile's defaults."""
     choose("profile", profile, DEFAULT_SEEDS)
     seeds = list(seeds) or list(DEFAULT_SEEDS[profile])
-    labels = list(labels) or list(SMOKE_DESIGN_VARIANTS if profile == "smoke" else DESIGN_VARIANTS)
+    labels = list(labels) or list(SMOKE_DESIGN_VARIANTS if profile == "smoke" else BOOK_DESIGN_VARIANTS)
     return seeds, check_labels(labels)
 
 

@@ -34,6 +34,8 @@ from .surgery import MOMENTUM_STATES, UNIT_KINDS, perturb_input_parameters, rega
 
 #: what a clone's optimizer state starts as (BarterSettings.clone_moments)
 CLONE_MOMENTS = ("split", "fresh", "zero-momentum")
+#: what ranks a receiver's units as parents (BarterSettings.parent_score)
+PARENT_SCORES = ("pressure", "importance")
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ class BarterSettings:
     #: the per-step pruning score and the layer's growth priority (core.unit_statistics)
     pruning_score: str = "taylor-squared"
     receiver_rule: str = "mean-importance"
+    #: what ranks the receiver's parents: their growth scores ("pressure") or pruning scores ("importance")
+    parent_score: str = "pressure"
 
     def validate(self) -> "BarterSettings":
         """Refuse settings the method cannot run with, in one line each."""
@@ -78,6 +82,7 @@ class BarterSettings:
         choose("clone_moments", self.clone_moments, CLONE_MOMENTS)
         choose("pruning_score", self.pruning_score, PRUNING_SCORES)
         choose("receiver_rule", self.receiver_rule, RECEIVER_RULES)
+        choose("parent_score", self.parent_score, PARENT_SCORES)
         return self
 
     @property
@@ -189,9 +194,11 @@ def select_donors(stats: list[LayerStatistics], counts: list[int], receiver: int
     return donors
 
 
-def select_parents(stats: LayerStatistics, k: int) -> list[int]:
-    """The ``k`` units of the receiver with the highest growth scores (unscored units last)."""
-    scores = torch.nan_to_num(stats.growth_scores(), nan=-math.inf)
+def select_parents(stats: LayerStatistics, k: int, score: str = "pressure") -> list[int]:
+    """The ``k`` units of the receiver with the highest growth scores (``pressure``) or
+    pruning scores (``importance``); unscored units last."""
+    ranked = stats.growth_scores() if score == "pressure" else stats.pruning_scores()
+    scores = torch.nan_to_num(ranked, nan=-math.inf)
     return torch.topk(scores, k).indices.tolist()
 
 
@@ -305,7 +312,7 @@ def plan_transfer(model: nn.Module, kind: str, k: int, statistics: UnitStatistic
                            settings.protected_steps, rng if settings.random_donor else None)
     if donors:
         record.receiver, record.donors = receiver, donors
-        record.parents = select_parents(stats[receiver], len(donors))
+        record.parents = select_parents(stats[receiver], len(donors), settings.parent_score)
     return record
 
 
