@@ -57,9 +57,9 @@ class BarterSettings:
     min_age: int | None = None
     random_receiver: bool = False
     random_donor: bool = False
-    #: the clone's optimizer moments: "split" (the parent's, remapped so the next step is what
-    #: it would have been had the split always existed) or "fresh" (zero, so that Adam's
-    #: scale-invariant update no longer moves parent and clone in lockstep)
+    #: the clone's optimizer moments (see :func:`clone`): "split" (the parent's, remapped so the
+    #: next step is what it would have been had the split always existed), "fresh" (both zero)
+    #: or "zero-momentum" (first moment zero, split second moment)
     clone_moments: str = "split"
     #: the per-step pruning score and the layer's growth priority (core.unit_statistics)
     pruning_score: str = "taylor-squared"
@@ -240,8 +240,14 @@ def clone(block: nn.Module, kind: str, parents: list[int], stats: LayerStatistic
     that differ only by the factor ``alpha / (1 - alpha)``. Adam's update ``m / sqrt(v)`` is
     invariant to that scale, so the copies would keep identical input weights for ever and
     act as one unit. ``symmetry_noise`` > 0 adds antithetic noise to the pair's input
-    parameters (:func:`barter_mini.core.surgery.perturb_input_parameters`), which separates them
-    while changing the function only to second order; 0 keeps the clone exact.
+    parameters (:func:`barter_mini.core.surgery.perturb_input_parameters`), which changes the
+    function only to second order; 0 keeps the clone exact. The noise alone does not separate
+    the pair under Adam (measured: the relative distance stays at ~``symmetry_noise`` 20 steps
+    on, at noise 0.01, 0.1 and 0.3), so ``clone_moments`` decides the clone's optimizer state:
+    ``split`` (the remap: exact, lockstep), ``fresh`` (both moments zeroed: the clone diverges,
+    but Adam bias-corrects with the tensor's shared step count, so its steps are up to ~5x
+    the normal size for ~100 steps) or ``zero-momentum`` (first moment zeroed, split second
+    moment kept: normal step sizes, the parent's momentum separates the two).
     """
     count, k = unit_count(block, kind), len(parents)
     check_units(kind, parents, count, "clone")
