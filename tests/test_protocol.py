@@ -96,3 +96,19 @@ def test_update_steps_are_those_that_change_the_model():
     assert steps and all(any(controller.schedule.transfers_at(s).values()) for s in steps)
     assert setup("dense")[2].update_steps() == [] == setup("static")[2].update_steps()
     assert setup("rigl")[2].update_steps() == list(range(2, int(0.75 * TOTAL_STEPS) + 1, 2))
+
+
+def test_barter_is_static_until_its_first_update():
+    """Statistics hooks only read: before the first topology update BARTER's weights are
+    Static's bit for bit (same seed, same batches), so any later gap is the updates' doing."""
+    static, barter = setup("static"), setup("barter")
+    first = barter[2].update_steps()[0]
+    for number, (x, y) in enumerate(batches(first - 1), start=1):
+        step(*static, x, y, number)
+        step(*barter, x, y, number)
+    for (name, a), b in zip(static[0].state_dict().items(), barter[0].state_dict().values()):
+        assert torch.equal(a, b), name
+    x, y = batches(first)[-1]
+    step(*static, x, y, first)
+    step(*barter, x, y, first)
+    assert static[0].allocation() != barter[0].allocation()      # the update moved units
