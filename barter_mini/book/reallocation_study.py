@@ -87,6 +87,8 @@ FOUND_ALLOCATION_VARIANTS: dict[str, Variant] = {
 }
 
 VARIANTS = {**DESIGN_VARIANTS, **POOR_START_VARIANTS, **FOUND_ALLOCATION_VARIANTS}
+#: the piled-start runs the book trains (the x12 variant runs when named)
+BOOK_POOR_START_VARIANTS = ("static, piled start", "barter, piled start")
 
 #: seeds per notebook profile when the notebook is not given any: five where gaps are a few
 #: tenths of a point (the seed-to-seed noise of the quick profile is ~0.8), one for smoke tests
