@@ -28,7 +28,7 @@ class Profile:
 
 
 #: the from-scratch and ablation notebooks train a dozen runs each: a third of Fashion-MNIST
-#: keeps the quick book within its 30 minutes on two cores
+#: keeps each of those chapters within minutes on two cores
 GRID_SUBSET_QUICK = 18000
 
 PROFILES: dict[str, Profile] = {
