@@ -110,3 +110,27 @@ def test_every_clone_moment_setting_has_its_variant():
     for moments, label in study.CLONE_MOMENT_VARIANTS.items():
         assert study.VARIANTS[label].overrides == {"clone_moments": moments}
     assert study.barter_defaults(PROFILES["quick"]).clone_moments == BarterSettings().clone_moments
+
+
+def test_plain_summary_follows_the_numbers():
+    even = frame({"static": [(78.0, 77.0), (77.0, 76.0), (79.0, 78.0)],
+                  "barter": [(77.9, 77.0), (77.2, 76.1), (78.8, 78.0)]})
+    worse_start = frame({"static": [(78.0, 77.0), (77.0, 76.0), (79.0, 78.0)],
+                         "static, from barter's end": [(77.0, 76.0), (76.1, 75.0), (78.2, 77.0)]})
+    poor = frame({"static, piled start": [(77.0, 76.0), (76.5, 75.5), (78.0, 77.0)],
+                  "static": [(78.0, 77.0), (77.0, 76.0), (79.0, 78.0)],
+                  "barter, piled start": [(77.8, 77.0), (77.2, 76.0), (78.9, 78.0)]})
+    text = study.plain_summary(study.paired_against(even, "static"), study.paired_against(worse_start, "static"),
+                               study.paired_against(poor, "static, piled start"))
+    assert text.startswith("At the even start BARTER is level with Static (-0.03 points")
+    assert "is below the even Static (-0.90): the allocation the updates move towards is no better" in text
+    assert "the even start is worth +0.83 points to Static over the piled one" in text and "BARTER is above Static (+0.80)" in text
+    better = frame({"static": [(78.0, 77.0), (77.0, 76.0)], "static, from barter's end": [(79.0, 0.0), (78.2, 0.0)]})
+    assert "the updates find a better allocation" in study.plain_summary(
+        study.paired_against(even, "static"), study.paired_against(better, "static"),
+        study.paired_against(poor, "static, piled start"))
+
+
+def test_plain_summary_refuses_to_conclude_from_one_seed():
+    one = study.paired_against(frame({"static": [(78.0, 77.0)], "barter": [(79.0, 77.0)]}), "static")
+    assert study.plain_summary(one, one, one).startswith("On one seed no difference here can be told")

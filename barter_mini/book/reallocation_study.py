@@ -14,6 +14,7 @@ and never used to choose.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import matplotlib.pyplot as plt
@@ -298,3 +299,42 @@ def plot_importance(frame: pd.DataFrame, value: str = "total", title: str = ""):
     if title:
         fig.suptitle(title)
     return fig
+
+
+def _paired_gap(paired: pd.DataFrame, variant: str) -> tuple[float, float, int]:
+    row = paired.set_index("variant").loc[variant]
+    n = int(row["paired_seeds"])
+    error = row["val_diff_std"] / n ** 0.5 if n > 1 and not pd.isna(row["val_diff_std"]) else math.inf
+    return float(row["val_diff_mean"]), error, n
+
+
+def _side(mean: float, error: float) -> str:
+    return "above" if mean > error else "below" if mean < -error else "level with"
+
+
+def plain_summary(headline: pd.DataFrame, found: pd.DataFrame, poor: pd.DataFrame) -> str:
+    """The chapter's answer in plain words, composed from its three paired tables
+    (:func:`paired_against` of the headline runs and the found-allocation runs against
+    ``static``, and of the piled-start runs against ``static, piled start``)."""
+    barter, barter_error, n = _paired_gap(headline, "barter")
+    if n < 2:
+        return ("On one seed no difference here can be told from the seed-to-seed noise: rerun this "
+                "chapter with five seeds or more (the quick profile's default) before reading an answer into it.")
+    found_gap, found_error, _ = _paired_gap(found, "static, from barter's end")
+    cost, cost_error, _ = _paired_gap(poor, "static")
+    repair, repair_error, _ = _paired_gap(poor, "barter, piled start")
+    lines = [f"At the even start BARTER is {_side(barter, barter_error)} Static ({barter:+.2f} points of "
+             f"validation Top-1, paired over {n} seeds)."]
+    if _side(found_gap, found_error) != "above":
+        lines.append(f"Static trained from the allocation BARTER ends with is {_side(found_gap, found_error)} "
+                     f"the even Static ({found_gap:+.2f}): the allocation the updates move towards is no better "
+                     "a network to train than the even one, so moving units cannot pay here, and what the "
+                     "moves cost (section 2) is a net loss or, at best, no gain.")
+    else:
+        lines.append(f"Static trained from the allocation BARTER ends with is above the even Static "
+                     f"({found_gap:+.2f}): the updates find a better allocation, and what BARTER loses is the "
+                     "cost of getting there (section 2).")
+    lines.append(f"How much the allocation matters at all: the even start is worth {cost:+.2f} points to "
+                 f"Static over the piled one, and from the piled start BARTER is {_side(repair, repair_error)} "
+                 f"Static ({repair:+.2f}).")
+    return " ".join(lines)
