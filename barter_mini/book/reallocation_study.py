@@ -51,6 +51,7 @@ DESIGN_VARIANTS: dict[str, Variant] = {
     "no symmetry noise": Variant("barter", {"symmetry_noise": 0.0}),
     "receiver by mean pressure": Variant("barter", {"receiver_rule": "mean-pressure"}),
     "pruning by |Taylor|": Variant("barter", {"pruning_score": "taylor-abs"}),
+    "pruning by Taylor^2": Variant("barter", {"pruning_score": "taylor-squared"}),
     "pruning by magnitude": Variant("barter", {"pruning_score": "magnitude"}),
     "parents by importance": Variant("barter", {"parent_score": "importance"}),
     "protection 1 step (min age 1)": Variant("barter", {"min_age": 1}),
@@ -98,9 +99,9 @@ DEFAULT_SEEDS = {"smoke": (0,), "quick": (0, 1, 2, 3, 4), "long": (0, 1, 2, 3, 4
 #: whether a clone becomes a unit), the receiver rule, the pruning score and the transfer
 #: count; the other variants run when named (the ``variants`` parameter)
 BOOK_DESIGN_VARIANTS = ("static", "barter", "split clone moments", "fresh clone moments", "zero-momentum clones",
-                        "receiver by mean pressure", "pruning by magnitude", "paper's transfer count (x1)")
+                        "receiver by mean pressure", "pruning by Taylor^2", "paper's transfer count (x1)")
 #: the smoke book trains one variant of each kind
-SMOKE_DESIGN_VARIANTS = ("static", "barter", "fresh clone moments")
+SMOKE_DESIGN_VARIANTS = ("static", "barter", "split clone moments")
 
 
 def study_defaults(profile: str, seeds=(), labels=()) -> tuple[list[int], list[str]]:

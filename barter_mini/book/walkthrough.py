@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..core.barter import receiver_room, select_donors, select_parents, select_receiver
+from ..core.barter import BarterSettings, receiver_room, select_donors, select_parents, select_receiver
 from ..core.configs import get_model_config
 from ..core.models import CompactTransformer, build_model
 from ..core.unit_statistics import LayerStatistics, UnitStatistics
@@ -43,7 +43,7 @@ def warmed_up_model(profile: Profile, density: float, seed: int = 0, steps: int 
     config = get_model_config(profile.model).for_data(info.img_size, info.in_chans, info.num_classes)
     model: CompactTransformer = build_model(config, density)
     optimizer = torch.optim.AdamW(parameter_groups(model, 0.05), lr=lr)
-    statistics = UnitStatistics(model)
+    statistics = UnitStatistics(model, pruning_score=BarterSettings().pruning_score)   # the method's score
     for x, y in islice(cycle(loader), steps):
         optimizer.zero_grad(set_to_none=True)
         nn.functional.cross_entropy(model(x), y).backward()

@@ -12,9 +12,11 @@ units, measures on a fixed set of validation images (never the test split):
 * how far each clone's input weights are from its parent's, ``||w_clone - w_parent|| /
   ||w_parent||``, at ``later`` steps after the update (until the next update reshapes the
   layer);
-* the per-layer importance (growth priority ``P_l``, the mean pruning score, and the total
-  pruning score of the layer's units) at every update step, for BARTER and, with statistics
-  hooks attached only to observe, for Static, so the two can be compared layer by layer.
+* the per-layer importance (the mean and the total Taylor importance ``EMA[(sum_j W_j g_j)^2]``
+  of the layer's units) at every update step, from statistics hooks that only observe (the
+  same definition whatever score the method prunes by; for BARTER re-attached after every
+  update that reshapes the layers), for BARTER and Static alike, so the two can be compared
+  layer by layer.
 
 The probes run under ``torch.no_grad`` on copies or between steps, so the run itself is the
 same as an unprobed one (a test checks the weights).
@@ -74,7 +76,7 @@ def input_rows(block: nn.Module, kind: str, units: list[int]) -> torch.Tensor:
 
 
 def layer_importance(statistics: UnitStatistics) -> dict[str, dict[str, list[float]]]:
-    """Per unit kind and layer: growth priority (mean pruning score) and total pruning score."""
+    """Per unit kind and layer: the mean (``priority``) and the total of the units' pruning scores."""
     out = {}
     for kind, layers in statistics.layers.items():
         totals = []
@@ -110,7 +112,8 @@ class ProbedController(MethodController):
         self.inner, self.model, self.batches, self.later = inner, model, batches, later
         self.name = inner.name
         self.is_barter = isinstance(inner, BarterController)
-        self.statistics = inner.statistics if self.is_barter else UnitStatistics(model)
+        self.statistics = inner.statistics if self.is_barter else None
+        self.observer = UnitStatistics(model)
         self.update_every = update_every
         self.updates: list[dict] = []
         self.importance: list[dict] = []
@@ -122,6 +125,8 @@ class ProbedController(MethodController):
 
     def after_step(self, step: int):
         moving = self.is_barter and any(self.inner.schedule.transfers_at(step).values())
+        if step % self.update_every == 0:        # before the update: the layers as they were used
+            self.importance.append({"step": step, **layer_importance(self.observer)})
         if moving:
             self._close_pairs()
             record = self._probe_update(step)
@@ -135,8 +140,8 @@ class ProbedController(MethodController):
                     count = unit_count(self.model.blocks[transfer.receiver], kind) - transfer.executed
                     self._pairs.append(_Pairs(kind, transfer.receiver, list(transfer.parents),
                                               list(range(count, count + transfer.executed)), step))
-        if step % self.update_every == 0:
-            self.importance.append({"step": step, **layer_importance(self.statistics)})
+            self.observer.detach()              # its hooks sit on the tensors the surgery replaced
+            self.observer = UnitStatistics(self.model)
         for update in self.updates:
             if step - update["step"] in self.later:
                 update.setdefault("later", {})[str(step - update["step"])] = probe_scores(self.model, self.batches)
