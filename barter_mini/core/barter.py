@@ -65,7 +65,8 @@ class BarterSettings:
     clone_moments: str = "fresh"
     #: the per-step pruning score, which the layer's growth priority averages (core.unit_statistics).
     #: Chosen on validation (notebook 05, quick profile, rho 0.3, paired by seed, with fresh clone
-    #: moments): magnitude minus taylor-squared +0.71 points of Top-1 over 6 seeds (above on 5)
+    #: moments): magnitude minus taylor-squared +0.44 points of Top-1 over 10 seeds (above on 7);
+    #: BARTER with both defaults minus Static +0.30 +- 0.60 (validation), +0.30 +- 0.44 (test)
     pruning_score: str = "magnitude"
     receiver_rule: str = "mean-importance"
     #: what ranks the receiver's parents: their growth scores ("pressure") or pruning scores ("importance")

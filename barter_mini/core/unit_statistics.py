@@ -35,8 +35,8 @@ and ``receiver_rule``, compared over seeds in notebook 05) are
   pushed hardest on average.
 
 BARTER's own default (``BarterSettings.pruning_score``) is ``magnitude``, chosen on validation
-(quick profile, rho 0.3, paired by seed over six seeds): +0.71 points of Top-1 over
-``taylor-squared``. With the Taylor score the heads flowed into the first layer and left the
+(quick profile, rho 0.3, paired by seed over ten seeds): +0.44 points of Top-1 over
+``taylor-squared`` (above on seven). With the Taylor score the heads flowed into the first layer and left the
 last with one head (3, 3, 3, 3 -> 6, 3, 2, 1), an allocation that is worse than the even one
 when trained from the start (Static from it: -0.70 points over seven seeds); with the
 magnitude score they spread towards the later layers instead (e.g. 3, 2, 4, 3). ``P_l``
