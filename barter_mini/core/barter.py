@@ -61,7 +61,7 @@ class BarterSettings:
     #: parent's, remapped so the next step is what it would have been had the split always
     #: existed) or "zero-momentum" (first moment zero, split second moment). Chosen on
     #: validation (notebook 05, quick profile, rho 0.3, paired by seed): fresh minus split
-    #: +0.32 points of Top-1 over 8 seeds (above on 7), zero-momentum minus split +0.05 over 6
+    #: +0.37 points of Top-1 over 10 seeds (above on 9), zero-momentum minus split +0.05 over 6
     clone_moments: str = "fresh"
     #: the per-step pruning score, which the layer's growth priority averages (core.unit_statistics).
     #: Chosen on validation (notebook 05, quick profile, rho 0.3, paired by seed, with fresh clone
