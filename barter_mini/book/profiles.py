@@ -1,8 +1,7 @@
 """Notebook profiles: how much compute a notebook spends.
 
 ``quick``  CPU-sized: meaningful figures on Fashion-MNIST in minutes on two cores.
-``long``   the quick recipe trained longer (10 epochs) on the full training split, every
-           grid run included: about 10x a quick run, for machines with hours to spare.
+``long``   the quick recipe for 10 epochs on the full training split (about 10x a quick run).
 ``smoke``  seconds: a few hundred images, for tests of the notebooks and the book.
 ``paper``  the paper's settings (cct-paper on CIFAR-100, Table 5 recipe), for a GPU.
 """
