@@ -24,7 +24,8 @@ from tqdm import tqdm
 from ..errors import BarterError, choose
 from ..training.cache import cached_train
 from ..core.configs import get_model_config
-from ..training.trainer import RunConfig, resolve_recipe
+from ..training.recipes import get_recipe
+from ..training.trainer import RunConfig
 from .experiments import mean_std, profile_run
 from .profiles import Profile
 
@@ -68,7 +69,7 @@ CLONE_MOMENT_VARIANTS = {"split": "split clone moments", "fresh": "fresh clone m
 
 def barter_defaults(setup: Profile):
     """The BarterSettings a profile's BARTER run trains with (its recipe's)."""
-    return resolve_recipe(profile_run(setup, "barter", 0.5, 0), get_model_config(setup.model).family).barter
+    return get_recipe(setup.recipe, get_model_config(setup.model).family).barter
 
 
 #: the deliberately poor start (capacity piled into the first layers) and the transfer
@@ -202,17 +203,28 @@ def paired_table(paired: pd.DataFrame, reference: str) -> pd.DataFrame:
     })
 
 
+def _paired_gap(paired: pd.DataFrame, variant: str) -> tuple[float, float, int]:
+    row = paired.set_index("variant").loc[variant]
+    n = int(row["paired_seeds"])
+    error = row["val_diff_std"] / n ** 0.5 if n > 1 and not pd.isna(row["val_diff_std"]) else math.inf
+    return float(row["val_diff_mean"]), error, n
+
+
+def _side(mean: float, error: float) -> str:
+    return "above" if mean > error else "below" if mean < -error else "level with"
+
+
 def verdict(paired: pd.DataFrame, variant: str, reference: str) -> str:
     """One sentence, from the numbers: is ``variant`` above, below or level with ``reference``
     on validation Top-1, paired by seed, beyond one standard error?"""
     choose("variant", variant, set(paired["variant"]))
     row = paired.set_index("variant").loc[variant]
-    n, mean, std = int(row["paired_seeds"]), row["val_diff_mean"], row["val_diff_std"]
-    if n < 2 or pd.isna(std):
+    mean, error, n = _paired_gap(paired, variant)
+    std = row["val_diff_std"]
+    if math.isinf(error):
         return (f"{variant} minus {reference}: {mean:+.2f} points of validation Top-1 on one seed; "
                 "one seed cannot tell a difference from noise.")
-    error = std / n ** 0.5
-    side = "above" if mean > error else "below" if mean < -error else "level with"
+    side = _side(mean, error)
     within = " (within one standard error)" if side == "level with" else ""
     return (f"{variant} is {side} {reference}{within}: {mean:+.2f} ± {std:.2f} points of validation Top-1 "
             f"paired over {n} seeds (standard error {error:.2f}; above on {int(row['val_wins'])} of {n}); "
@@ -255,8 +267,8 @@ def clone_divergence(probe: dict) -> pd.DataFrame:
 
 
 def importance_frame(probes: dict[str, dict], kind: str) -> pd.DataFrame:
-    """Per probed run (label), update step and layer: the growth priority ``P_l`` (mean
-    pruning score) and the layer's total pruning score, for ``kind``."""
+    """Per probed run (label), update step and layer: the mean (``priority``) and the total
+    Taylor importance of the layer's units of ``kind``, as the probe's observing hooks saw them."""
     choose("kind", kind, ("heads", "ffn"))
     rows = []
     for label, probe in probes.items():
@@ -295,22 +307,11 @@ def plot_importance(frame: pd.DataFrame, value: str = "total", title: str = ""):
         ax.set_title(run)
         ax.set_xlabel("step")
         ax.set_yscale("log")
-    axes[0][0].set_ylabel("mean pruning score" if value == "priority" else "total pruning score")
+    axes[0][0].set_ylabel("mean Taylor importance" if value == "priority" else "total Taylor importance")
     axes[0][-1].legend(fontsize="small")
     if title:
         fig.suptitle(title)
     return fig
-
-
-def _paired_gap(paired: pd.DataFrame, variant: str) -> tuple[float, float, int]:
-    row = paired.set_index("variant").loc[variant]
-    n = int(row["paired_seeds"])
-    error = row["val_diff_std"] / n ** 0.5 if n > 1 and not pd.isna(row["val_diff_std"]) else math.inf
-    return float(row["val_diff_mean"]), error, n
-
-
-def _side(mean: float, error: float) -> str:
-    return "above" if mean > error else "below" if mean < -error else "level with"
 
 
 def plain_summary(headline: pd.DataFrame, found: pd.DataFrame, poor: pd.DataFrame) -> str:
@@ -322,7 +323,7 @@ def plain_summary(headline: pd.DataFrame, found: pd.DataFrame, poor: pd.DataFram
         return ("On one seed no difference here can be told from the seed-to-seed noise: rerun this "
                 "chapter with five seeds or more (the quick profile's default) before reading an answer into it.")
     found_gap, found_error, _ = _paired_gap(found, "static, from barter's end")
-    cost, cost_error, _ = _paired_gap(poor, "static")
+    cost, _, _ = _paired_gap(poor, "static")
     repair, repair_error, _ = _paired_gap(poor, "barter, piled start")
     lines = [f"At the even start BARTER is {_side(barter, barter_error)} Static ({barter:+.2f} points of "
              f"validation Top-1, paired over {n} seeds)."]

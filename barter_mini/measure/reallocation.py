@@ -112,7 +112,6 @@ class ProbedController(MethodController):
         self.inner, self.model, self.batches, self.later = inner, model, batches, later
         self.name = inner.name
         self.is_barter = isinstance(inner, BarterController)
-        self.statistics = inner.statistics if self.is_barter else None
         self.observer = UnitStatistics(model)
         self.update_every = update_every
         self.updates: list[dict] = []
@@ -159,16 +158,16 @@ class ProbedController(MethodController):
         x = self.batches[0][0]
         reference = _logits(self.model, x)
         for kind, k in self.inner.schedule.transfers_at(step).items():
-            plan: Transfer = plan_transfer(self.model, kind, k, self.statistics, s)
+            plan: Transfer = plan_transfer(self.model, kind, k, self.inner.statistics, s)
             if not plan.executed:
                 continue
             pruned = copy.deepcopy(self.model)
-            prune_donors(pruned, kind, plan.donors, copy.deepcopy(self.statistics.layers[kind]), None)
+            prune_donors(pruned, kind, plan.donors, copy.deepcopy(self.inner.statistics.layers[kind]), None)
             parts = {"units": plan.executed, "receiver": plan.receiver, "after_prune": probe_scores(pruned, self.batches)}
             for noise, label in ((s.symmetry_noise, "after_clone"), (0.0, "after_exact_clone")):
                 cloned = copy.deepcopy(self.model)
                 clone(cloned.blocks[plan.receiver], kind, plan.parents,
-                      copy.deepcopy(self.statistics.layers[kind][plan.receiver]), None, s.split_alpha, noise,
+                      copy.deepcopy(self.inner.statistics.layers[kind][plan.receiver]), None, s.split_alpha, noise,
                       torch.Generator().manual_seed(step))
                 parts[label] = probe_scores(cloned, self.batches)
                 change = (_logits(cloned, x) - reference).abs().max() / reference.abs().max()
