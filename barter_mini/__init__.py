@@ -23,6 +23,12 @@ Start here::
     import barter_mini as bm
     model = bm.build_model(bm.get_model_config("cct-mini"), density=0.3)
     metrics = bm.train(bm.RunConfig(method="barter", density=0.3, epochs=1), "runs/barter")
+
+From a trained dense model (one of this package's, or a stock timm ViT)::
+
+    vit = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, num_classes=10)
+    bm.cut_to_density(vit, 0.3, calibration_batches)        # the same object, compact tensors
+    controller = bm.BarterController(vit, optimizer, total_steps)
 """
 
 from .version import __version__
@@ -30,8 +36,10 @@ from .core.barter import BarterController, BarterSettings, TransferSchedule, top
 from .core.budgets import Allocation, Budget, compute_budget, initial_allocation
 from .core.configs import MODEL_CONFIGS, ModelConfig, get_model_config
 from .core.counting import count_parameters, training_gflops_per_image
+from .core.dense_start import calibration_importance, cut_to_density, oneshot_allocation
 from .core.method import MethodController
-from .core.models import build_model
+from .core.models import build_model, describe_timm_vit
+from .core.surgery import allocation_of
 from .core.unit_statistics import UnitStatistics
 from .errors import BarterError
 from .training.checkpoints import load_checkpoint, model_from_checkpoint
@@ -43,7 +51,8 @@ from .training.trainer import RunConfig, train
 __all__ = [
     "__version__", "Allocation", "BarterController", "BarterError", "BarterSettings", "Budget",
     "METHODS", "MODEL_CONFIGS", "MethodController", "ModelConfig", "RunConfig", "TransferSchedule",
-    "UnitStatistics", "build_model", "compute_budget", "count_parameters", "export_run",
-    "get_method", "get_model_config", "initial_allocation", "load_checkpoint", "load_dataset",
-    "make_loaders", "model_from_checkpoint", "topology_update", "train", "training_gflops_per_image",
+    "UnitStatistics", "allocation_of", "build_model", "calibration_importance", "compute_budget",
+    "count_parameters", "cut_to_density", "describe_timm_vit", "export_run", "get_method",
+    "get_model_config", "initial_allocation", "load_checkpoint", "load_dataset", "make_loaders",
+    "model_from_checkpoint", "oneshot_allocation", "topology_update", "train", "training_gflops_per_image",
 ]

@@ -62,14 +62,17 @@ def cmd_describe(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from .training.trainer import RunConfig, train
+    from .training.trainer import RunConfig, read_train_pflops, train
 
+    if args.pflops is not None and args.match_compute:
+        raise BarterError("give either --pflops or --match-compute, not both")
+    pflops = read_train_pflops(args.match_compute) if args.match_compute else args.pflops
     run = RunConfig(method=args.method, model=args.model, dataset=args.dataset,
                     density=args.density, seed=args.seed, recipe=args.recipe, epochs=args.epochs,
                     batch_size=args.batch_size, lr=args.lr, train_subset=args.train_subset,
                     transfer_multiplier=args.transfer_multiplier, delta_t=args.delta_t,
-                    start=args.start, data_root=args.data_root, download=args.download, device=args.device,
-                    progress=not args.no_progress)
+                    start=args.start, init=args.init, pflops=pflops, data_root=args.data_root, download=args.download,
+                    device=args.device, progress=not args.no_progress)
     metrics = train(run, args.out)
     if metrics["mask"]:
         changes = (f"masked density {metrics['mask']['density']:.4f} after "
@@ -194,6 +197,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--delta-t", type=_positive_int, help="optimizer steps between topology updates")
     p.add_argument("--start", default="even",
                    help="initial allocation of a compact method: even, first or last (piled into those layers)")
+    p.add_argument("--init", metavar="CHECKPOINT",
+                   help="fine-tune from a dense run's checkpoint (best.pt or last.pt of a --method dense run)")
+    p.add_argument("--pflops", type=float,
+                   help="train until this many cumulative training PFLOPs instead of --epochs (compute-matched)")
+    p.add_argument("--match-compute", metavar="RUN_DIR",
+                   help="train until the cumulative training PFLOPs of a finished run (Table 11)")
     p.add_argument("--data-root", help="dataset folder (default: $BARTER_MINI_DATA or ./data)")
     p.add_argument("--download", action="store_true", help="let torchvision download a missing dataset")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")

@@ -43,7 +43,7 @@ def step(model, optimizer, controller, x, y, number: int) -> None:
 
 
 def test_every_method_has_a_controller_of_the_protocol():
-    assert set(METHODS) == {"dense", "static", "barter", "random-receiver", "random-donor", "random-pair",
+    assert set(METHODS) == {"dense", "static", "oneshot", "barter", "random-receiver", "random-donor", "random-pair",
                             "set", "snfs", "rigl", "srigl", "s2vite"}
     for name, method in METHODS.items():
         model, _, controller = setup(name)

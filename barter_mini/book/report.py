@@ -147,7 +147,7 @@ def plot_allocation_heatmaps(metrics: dict):
 
 
 #: the book's methods, in the order of its tables and legends
-METHOD_ORDER = ("dense", "set", "snfs", "rigl", "srigl", "s2vite", "static",
+METHOD_ORDER = ("dense", "set", "snfs", "rigl", "srigl", "s2vite", "static", "oneshot",
                 "random-receiver", "random-donor", "random-pair", "barter")
 #: BARTER's colour: a fully saturated red, alone in its part of the hue circle
 BARTER_COLOR = (0.94, 0.0, 0.0)
@@ -160,14 +160,15 @@ BARTER_HUE_GAP = 45.0
 #: drawn in the same figures (the from-scratch baselines, static) are not all side by side.
 _HUE_CIRCLE = (("static", 0.45, 0.80), ("random-pair", 0.32, 0.65), ("rigl", 0.45, 0.60),
                ("srigl", 0.28, 0.65), ("random-receiver", 0.38, 0.65), ("set", 0.48, 0.65),
-               ("snfs", 0.32, 0.55), ("random-donor", 0.55, 0.50), ("s2vite", 0.42, 0.60))
+               ("snfs", 0.32, 0.55), ("random-donor", 0.55, 0.50), ("s2vite", 0.42, 0.60),
+               ("oneshot", 0.30, 0.60))
 
 
 def _method_palette() -> dict[str, tuple[float, float, float]]:
     """One RGB colour per method of :data:`METHOD_ORDER`.
 
     BARTER is pure, saturated red; every other method but dense gets its own hue, evenly
-    spaced over the rest of the circle (270 / 8 = 33.75 degrees apart), so no two methods
+    spaced over the rest of the circle (270 / 9 = 30 degrees apart), so no two methods
     share a hue and BARTER's nearest neighbour is further from it (45 degrees) than any
     other method's. Dense, a reference line, is grey.
     """
@@ -181,7 +182,7 @@ def _method_palette() -> dict[str, tuple[float, float, float]]:
 
 
 #: one colour per method, shared by every figure of the book: BARTER pure red, 45 degrees of
-#: hue clear on either side; the others 33.75 degrees apart over the rest of the circle;
+#: hue clear on either side; the others 30 degrees apart over the rest of the circle;
 #: dense grey
 METHOD_PALETTE = _method_palette()
 

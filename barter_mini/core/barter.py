@@ -29,7 +29,8 @@ from ..errors import BarterError, check_in_range, check_integer, choose
 from .budgets import Budget
 from .method import MethodController
 from .unit_statistics import PRUNING_SCORES, RECEIVER_RULES, LayerStatistics, UnitStatistics
-from .surgery import MOMENTUM_STATES, UNIT_KINDS, perturb_input_parameters, regather_units, reset_optimizer_state, unit_count
+from .surgery import (MOMENTUM_STATES, UNIT_KINDS, allocation_of, perturb_input_parameters, regather_units,
+                      reset_optimizer_state, unit_count)
 
 
 #: what a clone's optimizer state starts as (BarterSettings.clone_moments)
@@ -378,7 +379,7 @@ class BarterController(MethodController):
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, total_steps: int,
                  settings: BarterSettings = BarterSettings(), seed: int = 0):
         self.model, self.optimizer, self.settings = model, optimizer, settings
-        allocation = model.allocation()
+        allocation = allocation_of(model)
         self.budget = Budget(heads=sum(allocation.heads), ffn=sum(allocation.ffn))
         self.schedule = TransferSchedule(total_steps, self.budget, settings)   # validates settings
         self.statistics = UnitStatistics(model, beta=settings.stats_beta, pruning_score=settings.pruning_score)
@@ -395,7 +396,7 @@ class BarterController(MethodController):
                                   self.settings, self.rng, self.generator)
         for kind, record in records.items():
             self.executed[kind] += record.executed
-        self.history.append({"step": step, **self.model.allocation().as_dict(),
+        self.history.append({"step": step, **allocation_of(self.model).as_dict(),
                              "transfers": {k: asdict(r) | {"executed": r.executed}
                                            for k, r in records.items()}})
         return records

@@ -7,7 +7,7 @@ keeps all ``depth`` layers but only part of the heads and FFN channels (see
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import choose
 
@@ -20,6 +20,11 @@ class ModelConfig:
     layer) or ``"vit"`` (patch embedding, class token, timm's pre-norm ``Block``).
     Heads always have ``head_dim`` channels, so the attention width of a layer is
     ``heads * head_dim`` whatever the embedding dimension.
+
+    ``timm_model`` names a stock timm architecture (``timm.create_model(timm_model,
+    **dict(timm_kwargs))``) that this configuration describes instead of the package's own
+    ViT (:mod:`barter_mini.core.models.timm_vit`); ``prefix_tokens`` are its class (and
+    distillation or register) tokens.
     """
 
     name: str
@@ -38,7 +43,11 @@ class ModelConfig:
     conv_channels: int | None = None  # channels between tokenizer convs (default: embed_dim)
     # ViT patch embedding
     patch_size: int = 8
+    prefix_tokens: int = 1
     default_dataset: str = "fashion-mnist"
+    # a stock timm vision transformer: its architecture name and keyword arguments (pairs)
+    timm_model: str | None = None
+    timm_kwargs: tuple = ()
 
     @property
     def num_tokens(self) -> int:
@@ -48,12 +57,25 @@ class ModelConfig:
             for _ in range(self.conv_layers):
                 side = (side - 1) // 2 + 1  # MaxPool(3, stride 2, padding 1)
             return side * side
-        return (self.img_size // self.patch_size) ** 2 + 1
+        return (self.img_size // self.patch_size) ** 2 + self.prefix_tokens
 
     def for_data(self, img_size: int, in_chans: int, num_classes: int) -> "ModelConfig":
         """The same architecture sized for a dataset's images and classes."""
-        return ModelConfig(**{**asdict(self), "img_size": img_size, "in_chans": in_chans,
-                              "num_classes": num_classes})
+        sized = {"img_size": img_size, "in_chans": in_chans, "num_classes": num_classes}
+        kwargs = tuple({**dict(self.timm_kwargs), **sized}.items()) if self.timm_model else ()
+        return replace(self, **sized, timm_kwargs=kwargs)
+
+    @classmethod
+    def from_dict(cls, saved: dict) -> "ModelConfig":
+        """A configuration saved with :func:`dataclasses.asdict` (checkpoints; JSON turns
+        the ``timm_kwargs`` pairs into lists)."""
+        pairs = tuple((key, _frozen(value)) for key, value in saved.get("timm_kwargs", ()))
+        return cls(**{**saved, "timm_kwargs": pairs})
+
+
+def _frozen(value):
+    """Lists (from JSON or asdict) back into tuples, so a configuration stays hashable."""
+    return tuple(_frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
 MODEL_CONFIGS: dict[str, ModelConfig] = {

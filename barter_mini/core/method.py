@@ -88,3 +88,14 @@ class Static(MethodController):
     """
 
     name = "static"
+
+
+class OneShot(Static):
+    """The COMPOT-style comparison: allocate once by importance, then train static.
+
+    Starts from a trained dense model cut to the budgets with the layers' shares set by a
+    global ranking of unit importance
+    (:func:`~barter_mini.core.dense_start.oneshot_allocation`), and never moves a unit.
+    """
+
+    name = "oneshot"

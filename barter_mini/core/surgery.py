@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from ..errors import BarterError
+from .budgets import Allocation
 
 UNIT_KINDS = ("heads", "ffn")
 
@@ -75,6 +76,13 @@ def unit_count(block: nn.Module, kind: str) -> int:
     return block.attn.num_heads if kind == "heads" else block.mlp.fc1.out_features
 
 
+def allocation_of(model: nn.Module) -> Allocation:
+    """The per-layer head and FFN-channel counts ``model.blocks`` hold right now (any model
+    whose layers have a timm ``Attention`` ``.attn`` and ``Mlp`` ``.mlp``)."""
+    return Allocation(heads=tuple(unit_count(b, "heads") for b in model.blocks),
+                      ffn=tuple(unit_count(b, "ffn") for b in model.blocks))
+
+
 def unit_parameters(block: nn.Module, kind: str) -> list[UnitParameter]:
     """The parameters of ``block`` that hold units of ``kind`` (``"heads"`` or ``"ffn"``)."""
     if kind == "heads":
@@ -92,6 +100,18 @@ def unit_parameters(block: nn.Module, kind: str) -> list[UnitParameter]:
             params.append(UnitParameter(mlp.fc1, "bias", 0, 1, 1, "in"))
         return params
     raise BarterError(f"unknown unit kind {kind!r}: choose one of {', '.join(UNIT_KINDS)}")
+
+
+@torch.no_grad()
+def unit_l1_norms(block: nn.Module, kind: str) -> torch.Tensor:
+    """Per unit of ``kind``: the L1 norm of all its weights, input and output."""
+    count = unit_count(block, kind)
+    norms = torch.zeros(count, device=block.mlp.fc1.weight.device)
+    for spec in unit_parameters(block, kind):
+        other = [d for d in range(spec.tensor.dim()) if d != spec.axis]
+        per_entry = spec.tensor.abs().sum(dim=other) if other else spec.tensor.abs()
+        norms += per_entry.view(spec.blocks, count, spec.width).sum(dim=(0, 2))
+    return norms
 
 
 def _set_unit_count(block: nn.Module, kind: str, count: int) -> None:
@@ -167,6 +187,21 @@ def regather_units(block: nn.Module, kind: str, sources: torch.Tensor, out_scale
         setattr(spec.module, spec.name, new)
         remap_optimizer_state(optimizer, old, new, spec, index, scale if spec.role == "in" else None)
     _set_unit_count(block, kind, int(sources.numel()))
+
+
+def resize_layers(model: nn.Module, allocation: Allocation,
+                  keep: dict[str, list[torch.Tensor]] | None = None) -> nn.Module:
+    """Resize ``model``'s layers in place to ``allocation``: layer ``l`` keeps the units
+    ``keep[kind][l]`` (in their order), by default its first ones. Weights of kept units are
+    copied exactly (no output split: nothing is cloned)."""
+    for kind in UNIT_KINDS:
+        for layer, (block, count) in enumerate(zip(model.blocks, getattr(allocation, kind))):
+            units = keep[kind][layer] if keep else torch.arange(count)
+            if units.numel() != count:
+                raise BarterError(f"layer {layer} keeps {units.numel()} {kind}, the allocation says {count}")
+            if units.numel() != unit_count(block, kind) or not torch.equal(units, torch.arange(count)):
+                regather_units(block, kind, units, torch.ones(count))
+    return model
 
 
 #: the optimizer states that carry a parameter's momentum (AdamW/Adam, SGD)

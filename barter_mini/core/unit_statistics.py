@@ -132,6 +132,20 @@ def _per_unit(values: torch.Tensor, blocks: int, num_units: int, width: int) -> 
     return values.view(blocks, num_units, width).sum(dim=(0, 2))
 
 
+@torch.no_grad()
+def output_scores(param: torch.Tensor, score: str, blocks: int, width: int, axis: int) -> torch.Tensor:
+    """One step's pruning score of every unit whose output weights ``param`` holds (units
+    along ``axis``, ``width`` entries each, in ``blocks`` groups): ``(sum_j W_j g_j)^2``
+    (``taylor-squared``), ``|sum_j W_j g_j|`` (``taylor-abs``) or ``||W_out[:, i]||^2``
+    (``magnitude``), ``g`` being ``param.grad``."""
+    other = 1 - axis
+    num_units = param.shape[axis] // (blocks * width)
+    if score == "magnitude":
+        return _per_unit(param.square().sum(dim=other), blocks, num_units, width)
+    taylor = _per_unit((param * param.grad).sum(dim=other), blocks, num_units, width)
+    return taylor.square() if score == "taylor-squared" else taylor.abs()
+
+
 @dataclass
 class UnitStatistics:
     """Statistics of every layer and unit kind of a compact model, fed by gradient hooks.
@@ -184,14 +198,8 @@ class UnitStatistics:
     def _importance_hook(self, param, kind, layer, blocks, width, axis) -> None:
         if not self.enabled or param.grad is None:
             return
-        other = 1 - axis
         stats = self.layers[kind][layer]
-        if self.pruning_score == "magnitude":
-            score = _per_unit(param.square().sum(dim=other), blocks, stats.age.numel(), width)
-        else:
-            taylor = _per_unit((param * param.grad).sum(dim=other), blocks, stats.age.numel(), width)
-            score = taylor.square() if self.pruning_score == "taylor-squared" else taylor.abs()
-        stats.observe_importance(score)
+        stats.observe_importance(output_scores(param, self.pruning_score, blocks, width, axis))
 
     @torch.no_grad()
     def _pressure_hook(self, param, kind, layer, blocks, width, axis) -> None:

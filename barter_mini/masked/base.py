@@ -44,6 +44,11 @@ here all masked tensors of a model are of comparable size (``3A x D``, ``D x A``
 ``D x F``) and the point is a like-for-like comparison with BARTER's budgets, which give every
 layer ``rho`` of its heads and FFN channels, so a uniform ``rho`` per tensor is the matching
 allocation.
+
+Initial masks from a trained dense model (fine-tuning, ``init_from_weights=True``): the
+same counts, at the largest-magnitude weights instead of random positions (one-shot
+magnitude pruning, the usual start of sparse fine-tuning); each method states its own
+granularity (SRigL per row, S2ViTE per head and neuron).
 """
 
 from __future__ import annotations
@@ -156,8 +161,11 @@ class MaskedDST(MethodController):
     needs_dense_gradient: ClassVar[bool] = False
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, density: float,
-                 total_steps: int, settings: MaskedSettings = MaskedSettings(), seed: int = 0):
+                 total_steps: int, settings: MaskedSettings = MaskedSettings(), seed: int = 0,
+                 init_from_weights: bool = False):
         self.target_density = check_density(density)
+        #: initial masks keep the largest weights of a trained model instead of random ones
+        self.init_from_weights = bool(init_from_weights)
         check_integer("total_steps", total_steps)
         if not isinstance(settings, MaskedSettings):
             raise BarterError(f"settings must be MaskedSettings, got {type(settings).__name__}")
@@ -184,12 +192,16 @@ class MaskedDST(MethodController):
         return MaskSchedule(self.total_steps, s.delta_t, s.t_end, s.alpha)
 
     def _initial_masks(self) -> dict[str, torch.Tensor]:
-        """Uniform random: ``round(rho * numel)`` (at least 1) active weights per tensor."""
+        """Uniform: ``round(rho * numel)`` (at least 1) active weights per tensor, at random
+        positions, or at the largest ``|w|`` with ``init_from_weights``."""
         masks = {}
         for t in self.tensors:
             numel = t.param.numel()
             k = max(1, round(self.target_density * numel))
-            chosen = torch.randperm(numel, generator=self.generator)[:k]
+            if self.init_from_weights:
+                chosen = torch.topk(t.param.detach().abs().flatten().cpu(), k).indices
+            else:
+                chosen = torch.randperm(numel, generator=self.generator)[:k]
             mask = torch.zeros(numel, dtype=torch.bool)
             mask[chosen] = True
             masks[t.name] = mask.view_as(t.param).to(t.param.device)

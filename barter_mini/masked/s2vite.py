@@ -4,7 +4,8 @@ Units. A layer's attention heads and FFN neurons are switched on and off as a wh
 fixed per-layer budgets: every layer keeps the heads and neurons of BARTER's initial
 allocation at density rho (:func:`~barter_mini.core.budgets.compute_budget` spread evenly by
 :func:`~barter_mini.core.budgets.initial_allocation`) at all times, initially a seeded random
-choice. The global counts are therefore BARTER's budgets, and an exported S2ViTE model has
+choice (from a trained model: the units whose weights, input and output, have the largest
+L1 norm, S2ViTE's magnitude criterion). The global counts are therefore BARTER's budgets, and an exported S2ViTE model has
 BARTER's parameter count at every density, as in the paper (Tables 7, 9, 15; Figure 4).
 
 * A masked head has its q, k and v rows of ``attn.qkv`` at zero, so its attention output
@@ -59,7 +60,7 @@ import torch
 from torch import nn
 
 from ..core.budgets import Allocation, compute_budget, initial_allocation
-from ..core.surgery import regather_units
+from ..core.surgery import regather_units, unit_l1_norms
 from ..errors import BarterError
 from .base import MaskSchedule, MaskedDST
 from .selection import drop_smallest, grow_largest
@@ -90,10 +91,13 @@ class S2ViTE(MaskedDST):
         for layer, block in enumerate(self.model.blocks):
             heads, ffn = block.attn.num_heads, block.mlp.fc1.out_features
             device = block.mlp.fc1.weight.device
-            for count, masks, k in ((heads, self.head_masks, self.head_budget[layer]),
-                                    (ffn, self.ffn_masks, self.ffn_budget[layer])):
+            for kind, count, masks, k in (("heads", heads, self.head_masks, self.head_budget[layer]),
+                                          ("ffn", ffn, self.ffn_masks, self.ffn_budget[layer])):
                 unit = torch.zeros(count, dtype=torch.bool)
-                unit[torch.randperm(count, generator=self.generator)[:k]] = True
+                if self.init_from_weights:
+                    unit[torch.topk(unit_l1_norms(block, kind).cpu(), k).indices] = True
+                else:
+                    unit[torch.randperm(count, generator=self.generator)[:k]] = True
                 masks.append(unit.to(device))
         return self._functional_masks()
 

@@ -5,7 +5,8 @@ channel of ``qkv``, an embedding channel of ``proj`` or ``fc2``, an FFN channel 
 Every active row of a tensor has exactly ``k`` non-zeros; an ablated row has none.
 
 Initial masks: ``k0 = round(rho * in)`` (between 1 and ``in``) random non-zeros in every row,
-seeded; ``budget = k0 * out`` is the tensor's weight budget from then on.
+seeded (from a trained model: the row's ``k0`` largest ``|w|``); ``budget = k0 * out`` is the
+tensor's weight budget from then on.
 
 Rule, per masked tensor at every update (``n_prune = round(fraction * active)``,
 ``n_keep = active - n_prune``):
@@ -59,7 +60,8 @@ class SRigL(MaskedDST):
         for t in self.tensors:
             rows, cols = t.param.shape
             k0 = min(cols, max(1, round(self.target_density * cols)))
-            scores = torch.rand(rows, cols, generator=self.generator)
+            scores = (t.param.detach().abs().cpu() if self.init_from_weights
+                      else torch.rand(rows, cols, generator=self.generator))
             masks[t.name] = select_top(scores, torch.zeros(rows, cols, dtype=torch.long), k0).to(t.param.device)
             self.budget[t.name], self.fan_in[t.name], self.initial_fan_in[t.name] = k0 * rows, k0, k0
             self.ablated[t.name] = torch.zeros(rows, dtype=torch.bool, device=t.param.device)

@@ -32,7 +32,7 @@ from torch import nn
 
 from ..core.barter import BarterController, Transfer, clone, plan_transfer, prune_donors
 from ..core.method import MethodController
-from ..core.surgery import unit_count, unit_parameters
+from ..core.surgery import allocation_of, unit_count, unit_parameters
 from ..core.unit_statistics import UnitStatistics
 from ..training.trainer import RunConfig, Training, build_training, fit_one_epoch
 
@@ -132,7 +132,7 @@ class ProbedController(MethodController):
         result = self.inner.after_step(step)
         if moving:
             record["after"] = probe_scores(self.model, self.batches)
-            record["allocation"] = self.model.allocation().as_dict()
+            record["allocation"] = allocation_of(self.model).as_dict()
             self.updates.append(record)
             for kind, transfer in (result or {}).items():
                 if transfer.executed:

@@ -106,7 +106,7 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dic
 
 def model_from_checkpoint(checkpoint: dict, device: torch.device | str = "cpu") -> CompactTransformer:
     """Rebuild the compact model a checkpoint was saved from (its per-layer allocation)."""
-    config = ModelConfig(**checkpoint["model_config"])
+    config = ModelConfig.from_dict(checkpoint["model_config"])
     allocation = Allocation(**{k: tuple(v) for k, v in checkpoint["allocation"].items()})
     model = build_model(config, allocation=allocation)
     model.load_state_dict(checkpoint["model"])

@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.counting import count_parameters
+from ..core.surgery import allocation_of
 from .checkpoints import CHECKPOINT_FORMAT, load_checkpoint, model_from_checkpoint, save_checkpoint
 from .methods import get_method
 
@@ -29,7 +30,7 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "best.pt"
     model = model_from_checkpoint(state).eval()
     model = get_method(method).controller.smallest_dense_form(model, state["controller"])
     exported = {"format": CHECKPOINT_FORMAT, "method": method, "density": state["run"]["density"],
-                "model_config": state["model_config"], "allocation": model.allocation().as_dict(),
+                "model_config": state["model_config"], "allocation": allocation_of(model).as_dict(),
                 "model": model.state_dict()}
     save_checkpoint(Path(out), exported)
     return {"method": method, "density": state["run"]["density"], "params": count_parameters(model),

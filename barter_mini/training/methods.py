@@ -12,6 +12,7 @@ barter             no           :class:`~barter_mini.core.barter.BarterControlle
 random-receiver    no           BARTER, receiver drawn at random (Table 12)
 random-donor       no           BARTER, donors drawn at random (Table 12)
 random-pair        no           BARTER, both drawn at random (Table 12)
+oneshot            no           :class:`~barter_mini.core.method.OneShot` (needs ``init``)
 set, snfs, rigl,   yes          the masked baselines of :mod:`barter_mini.masked`
 srigl, s2vite
 =================  ===========  ===============================================
@@ -26,7 +27,7 @@ import torch
 from torch import nn
 
 from ..core.barter import BarterController
-from ..core.method import Dense, MethodController, Static
+from ..core.method import Dense, MethodController, OneShot, Static
 from ..errors import BarterError, choose
 from ..masked import RigL, S2ViTE, SET, SNFS, SRigL, MaskedDST, MaskedSettings
 from .recipes import Recipe
@@ -42,6 +43,8 @@ class MethodSetup:
     total_steps: int
     recipe: Recipe
     seed: int = 0
+    #: the model holds a trained dense model's weights (fine-tuning): masks start from them
+    from_trained: bool = False
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class Method:
 
     ``full_width``: the method trains full-size tensors (dense, the masked baselines) rather
     than BARTER's compact ones; ``fixed_density``: the density it always trains at, whatever
-    is asked (dense: 1), or None.
+    is asked (dense: 1), or None; ``needs_init``: it starts only from a trained dense model.
     """
 
     name: str
@@ -58,6 +61,7 @@ class Method:
     full_width: bool
     build: Callable[[MethodSetup], MethodController]
     fixed_density: float | None = None
+    needs_init: bool = False
 
     def model_density(self, density: float) -> float:
         """The density of the model this method builds: full width, or compact at ``density``."""
@@ -83,13 +87,14 @@ def _masked(controller: type[MaskedDST]):
     def build(setup: MethodSetup) -> MaskedDST:
         settings = MaskedSettings(delta_t=setup.recipe.barter.delta_t, t_end=setup.recipe.barter.t_end)
         return controller(setup.model, setup.optimizer, setup.density, setup.total_steps, settings,
-                          seed=setup.seed)
+                          seed=setup.seed, init_from_weights=setup.from_trained)
     return build
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("dense", Dense, full_width=True, build=_frozen(Dense), fixed_density=1.0),
     Method("static", Static, full_width=False, build=_frozen(Static)),
+    Method("oneshot", OneShot, full_width=False, build=_frozen(OneShot), needs_init=True),
     Method("barter", BarterController, full_width=False, build=_barter()),
     Method("random-receiver", BarterController, full_width=False, build=_barter(random_receiver=True)),
     Method("random-donor", BarterController, full_width=False, build=_barter(random_donor=True)),

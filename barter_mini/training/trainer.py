@@ -12,7 +12,9 @@ accuracy every ``LOG_EVERY`` steps). All files are written atomically.
 
 from __future__ import annotations
 
+import math
 import random
+import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -31,9 +33,12 @@ from ..core.configs import ModelConfig, get_model_config
 from ..core.counting import count_parameters, training_gflops_per_image
 from ..core.method import MethodController
 from ..core.models import build_model
-from ..errors import BarterError, check_integer, choose
-from .checkpoints import CHECKPOINT_FORMAT, check_can_create, load_checkpoint, model_from_checkpoint, save_checkpoint, write_json
+from ..core.surgery import allocation_of
+from ..errors import BarterError, check_in_range, check_integer, choose
+from .checkpoints import (CHECKPOINT_FORMAT, check_can_create, load_checkpoint, model_from_checkpoint, read_json,
+                          save_checkpoint, write_json)
 from .data import load_dataset, make_loaders
+from .finetune import dense_start
 from .methods import MethodSetup, get_method
 from .recipes import Recipe, get_recipe, with_overrides
 
@@ -61,6 +66,11 @@ class RunConfig:
     start: str = "even"
     #: or an explicit starting allocation ``{"heads": [...], "ffn": [...]}`` with the density's budgets
     allocation: dict | None = None
+    #: fine-tune from this dense checkpoint (training.finetune), else train from scratch
+    init: str | None = None
+    #: train until the cumulative training compute reaches this many PFLOPs (compute-matched,
+    #: Table 11) instead of for the recipe's epochs; the LR and update schedules span those steps
+    pflops: float | None = None
     data_root: str | None = None
     download: bool = False
     device: str = "auto"
@@ -79,8 +89,19 @@ class RunConfig:
                               "tensors, so only start 'even' applies")
         if self.allocation is not None and self.start != "even":
             raise BarterError(f"give either start {self.start!r} or an allocation, not both")
+        if method.needs_init and self.init is None:
+            raise BarterError(f"{self.method} allocates by the importance of a trained dense model: "
+                              "give it one with --init CHECKPOINT")
+        if method.needs_init and (self.start != "even" or self.allocation is not None):
+            raise BarterError(f"{self.method} chooses its own allocation: leave start and allocation unset")
+        if self.init is not None and not Path(self.init).is_file():
+            raise BarterError(f"--init {self.init}: no such file; give a dense run's best.pt or last.pt")
         if self.epochs is not None:
             check_integer("epochs", self.epochs)
+        if self.pflops is not None:
+            check_in_range("pflops", self.pflops, 0.0, math.inf, low_open=True)
+            if self.epochs is not None:
+                raise BarterError("give either epochs or a PFLOPs budget (--pflops, --match-compute), not both")
         if self.device not in ("auto", "cpu", "cuda"):
             raise BarterError(f"device must be auto, cpu or cuda, got {self.device!r}")
         return replace(self, density=density)
@@ -151,6 +172,10 @@ class Training:
     loaders: tuple
     total_steps: int
     started: float
+    #: training GFLOPs per image of the tensors as they are now (3 x forward), and the
+    #: cumulative training GFLOPs so far: each segment between topology updates at its own cost
+    gflops_per_image: float = 0.0
+    train_gflops: float = 0.0
     step: int = 0
     best_acc: float = -1.0
     history: list = field(default_factory=list)
@@ -160,9 +185,28 @@ class Training:
     def checkpoint(self, epoch: int, val: dict) -> dict:
         return {"format": CHECKPOINT_FORMAT, "version": __version__, "run": asdict(self.run),
                 "recipe": asdict(self.recipe), "model_config": asdict(self.config),
-                "allocation": self.model.allocation().as_dict(), "model": self.model.state_dict(),
+                "allocation": allocation_of(self.model).as_dict(), "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "controller": self.controller.state_dict(),
                 "epoch": epoch, "step": self.step, "val": val}
+
+
+def steps_for_compute(pflops: float, gflops_per_image: float, batch_size: int) -> int:
+    """Optimizer steps whose training compute first reaches ``pflops``:
+    ``ceil(pflops * 1e6 / (gflops_per_image * batch_size))``. A compact model's cost per
+    image does not change when BARTER moves units (a head, or an FFN channel, costs the same
+    in every layer), so the budget is met within one batch."""
+    return max(1, math.ceil(pflops * 1e6 / (gflops_per_image * batch_size)))
+
+
+def read_train_pflops(run_dir: str | Path) -> float:
+    """The cumulative training PFLOPs a finished run recorded (``--match-compute``)."""
+    path = Path(run_dir) / "metrics.json"
+    if not path.is_file():
+        raise BarterError(f"{run_dir} holds no metrics.json: match the compute of a finished run folder")
+    metrics = read_json(path)
+    if "train_pflops" not in metrics:
+        raise BarterError(f"{path} records no train_pflops: retrain that run with this version")
+    return float(metrics["train_pflops"])
 
 
 def start_allocation(run: RunConfig, config: ModelConfig) -> Allocation:
@@ -196,18 +240,32 @@ def build_training(run: RunConfig) -> Training:
 
     method = get_method(run.method)
     allocation = None if method.full_width else start_allocation(run, config)
-    model = build_model(config, method.model_density(run.density), allocation,
-                        drop_path=recipe.drop_path).to(device)
+    if run.init is None:
+        model = build_model(config, method.model_density(run.density), allocation,
+                            drop_path=recipe.drop_path).to(device)
+    else:
+        model, reinitialised = dense_start(
+            run.init, config, run.density, compact=not method.full_width,
+            allocation="oneshot" if method.needs_init else allocation, splits=splits,
+            batch_size=recipe.batch_size, seed=run.seed, device=device, drop_path=recipe.drop_path)
+        if reinitialised:
+            print(f"{run.init}: the classifier was re-initialised for {config.num_classes} classes", file=sys.stderr)
     optimizer = make_optimizer(model, recipe)
-    total_steps = recipe.epochs * len(loaders[0])
+    gflops = training_gflops_per_image(model)
+    if run.pflops is None:
+        total_steps = recipe.epochs * len(loaders[0])
+    else:
+        total_steps = steps_for_compute(run.pflops, gflops, recipe.batch_size)
+        recipe = replace(recipe, epochs=math.ceil(total_steps / len(loaders[0])))
     scheduler = CosineLRScheduler(
         optimizer, t_initial=total_steps, lr_min=recipe.min_lr,
         warmup_t=int(recipe.warmup_fraction * total_steps), warmup_lr_init=recipe.lr * 0.01,
         warmup_prefix=True, t_in_epochs=False)
-    controller = method.build(MethodSetup(model, optimizer, run.density, total_steps, recipe, run.seed))
+    controller = method.build(MethodSetup(model, optimizer, run.density, total_steps, recipe, run.seed,
+                                          from_trained=run.init is not None))
     criterion = nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
     return Training(run, recipe, config, device, model, optimizer, scheduler, controller, criterion,
-                    loaders, total_steps, started=time.perf_counter())
+                    loaders, total_steps, started=time.perf_counter(), gflops_per_image=gflops)
 
 
 def fit_one_epoch(t: Training, epoch: int) -> dict:
@@ -227,7 +285,9 @@ def fit_one_epoch(t: Training, epoch: int) -> dict:
         t.optimizer.step()
         t.step += 1
         t.scheduler.step_update(t.step)
-        t.controller.after_step(t.step)
+        t.train_gflops += t.gflops_per_image * x.shape[0]
+        if t.controller.after_step(t.step) is not None and not get_method(t.run.method).full_width:
+            t.gflops_per_image = training_gflops_per_image(t.model)      # the tensors changed size
         losses.append(loss.item())
         t.window.append((losses[-1], (logits.argmax(dim=1) == y).float().mean().item()))
         if t.step % LOG_EVERY == 0:
@@ -235,6 +295,8 @@ def fit_one_epoch(t: Training, epoch: int) -> dict:
                             "train_acc": float(np.mean([a for _, a in t.window]))})
             t.window.clear()
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        if t.step >= t.total_steps:          # a compute budget can end inside an epoch
+            break
     val = evaluate(t.model, t.loaders[1], t.device)
     entry = {"epoch": epoch, "step": t.step, "train_loss": float(np.mean(losses)),
              "val_acc": val["acc"], "val_macro_f1": val["macro_f1"],
@@ -269,6 +331,7 @@ def finalize(t: Training, out: Path) -> dict:
         "wall_time_s": time.perf_counter() - t.started, "train_time_s": train_time,
         "params": count_parameters(best_model),
         "train_gflops_per_image": training_gflops_per_image(best_model),
+        "train_pflops": t.train_gflops / 1e6,
         "allocation": best["allocation"], "history": t.history, "curve": t.curve,
         **t.controller.metrics(),
         "run": asdict(run), "recipe_settings": asdict(t.recipe),

@@ -1,25 +1,31 @@
-"""Compact CCT and ViT models on timm modules (paper Table 4)."""
+"""Compact CCT and ViT models on timm modules (paper Table 4), and stock timm ViTs."""
 
 from __future__ import annotations
+
+from torch import nn
 
 from ..budgets import Allocation, check_allocation, compute_budget, full_allocation, initial_allocation
 from ..configs import ModelConfig
 from .blocks import CCTBlock, attention_with_head_dim, vit_block
 from .compact import CompactCCT, CompactTransformer, CompactViT
+from .timm_vit import build_timm_vit, describe_timm_vit
 
 FAMILIES = {"cct": CompactCCT, "vit": CompactViT}
 
 
 def build_model(config: ModelConfig, density: float = 1.0, allocation: Allocation | None = None,
-                drop_path: float = 0.0) -> CompactTransformer:
+                drop_path: float = 0.0) -> nn.Module:
     """A compact model of ``config`` at ``density`` with its initial (even) allocation,
-    or with an explicit per-layer ``allocation`` (to rebuild a trained model)."""
+    or with an explicit per-layer ``allocation`` (to rebuild a trained model); a stock timm
+    model where ``config.timm_model`` names one."""
     if allocation is None:
         allocation = (full_allocation(config) if density == 1.0
                       else initial_allocation(config, compute_budget(config, density)))
     check_allocation(config, allocation)
+    if config.timm_model:
+        return build_timm_vit(config, allocation, drop_path=drop_path)
     return FAMILIES[config.family](config, allocation, drop_path=drop_path)
 
 
 __all__ = ["build_model", "CompactCCT", "CompactViT", "CompactTransformer", "CCTBlock",
-           "vit_block", "attention_with_head_dim"]
+           "vit_block", "attention_with_head_dim", "build_timm_vit", "describe_timm_vit"]

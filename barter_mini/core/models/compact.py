@@ -12,6 +12,7 @@ from timm.layers import PatchEmbed, trunc_normal_
 
 from ..budgets import Allocation
 from ..configs import ModelConfig
+from ..surgery import allocation_of
 from .blocks import CCTBlock, vit_block
 
 
@@ -23,8 +24,7 @@ class CompactTransformer(nn.Module):
 
     def allocation(self) -> Allocation:
         """The per-layer head and FFN-channel counts the tensors hold right now."""
-        return Allocation(heads=tuple(b.attn.num_heads for b in self.blocks),
-                          ffn=tuple(b.mlp.fc1.out_features for b in self.blocks))
+        return allocation_of(self)
 
     def _layers(self, make_layer, allocation: Allocation, drop_path: float) -> nn.ModuleList:
         """One layer per allocation entry, stochastic depth rising linearly to ``drop_path``."""

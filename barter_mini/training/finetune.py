@@ -1,0 +1,82 @@
+"""Fine-tuning: a run that starts from a trained dense model (``RunConfig.init``).
+
+The dense model is a ``--method dense`` run's checkpoint (``best.pt``, ``last.pt`` or an
+exported file) of the same architecture as the run's ``--model``. Every method starts
+from its weights:
+
+* dense: the weights as they are;
+* the compact methods (static, BARTER and its ablations, oneshot): the dense model cut to
+  the density's budgets (:func:`~barter_mini.core.dense_start.cut_to_density`): each layer
+  keeps its most important units on calibration batches of the run's training data, at
+  the run's starting allocation (even, piled, given) or, for ``oneshot``, at the global
+  allocation by importance;
+* the masked methods: full width, their initial masks keep the largest-magnitude weights
+  (:class:`~barter_mini.masked.base.MaskedDST`, ``init_from_weights``).
+
+When the dataset has another number of classes than the checkpoint, the classifier is
+re-initialised (``model.head``, as in timm's ``reset_classifier``) and the run says so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from ..core.budgets import Allocation, full_allocation
+from ..core.configs import ModelConfig
+from ..core.dense_start import CALIBRATION_BATCHES, cut_to_density
+from ..core.models import build_model
+from ..errors import BarterError
+from .checkpoints import load_checkpoint
+from .data import DataSplits
+
+#: the model's classifier, re-initialised when the class count changes (timm's name too)
+CLASSIFIER = "head"
+
+
+def load_dense_weights(path: str | Path, config: ModelConfig) -> tuple[dict, bool]:
+    """The state dict of the dense checkpoint at ``path`` for a model of ``config``, and
+    whether its classifier had to be left out (another class count). A checkpoint of
+    another architecture, input size or a compact one gets a one-line error."""
+    state = load_checkpoint(Path(path))
+    saved = ModelConfig.from_dict(state["model_config"])
+    if Allocation(**{k: tuple(v) for k, v in state["allocation"].items()}) != full_allocation(saved):
+        raise BarterError(f"{path} holds a compact model ({state.get('run', {}).get('method', 'not dense')}): "
+                          "fine-tuning starts from a dense (full-width) checkpoint, e.g. a --method dense run")
+    ours = {k: v for k, v in vars(config).items() if k not in ("name", "num_classes", "default_dataset")}
+    theirs = {k: v for k, v in vars(saved).items() if k not in ("name", "num_classes", "default_dataset")}
+    if ours != theirs:
+        differ = sorted(k for k in ours if ours[k] != theirs.get(k))
+        raise BarterError(f"{path} holds a {saved.name} model that differs from {config.name} on this dataset in "
+                          f"{', '.join(differ)}: fine-tune it with the same --model and image size")
+    weights = state["model"]
+    reinitialised = saved.num_classes != config.num_classes
+    if reinitialised:
+        weights = {k: v for k, v in weights.items() if not k.startswith(CLASSIFIER + ".")}
+    return weights, reinitialised
+
+
+def calibration_loader(splits: DataSplits, batch_size: int, seed: int) -> DataLoader:
+    """Shuffled training batches of their own seeded order, for the cut's importance."""
+    return DataLoader(splits.train, batch_size=batch_size, shuffle=True,
+                      generator=torch.Generator().manual_seed(int(seed)))
+
+
+def dense_start(path: str | Path, config: ModelConfig, density: float, compact: bool,
+                allocation: str | Allocation, splits: DataSplits, batch_size: int, seed: int,
+                device: torch.device, drop_path: float = 0.0) -> tuple[nn.Module, bool]:
+    """The run's starting model from the dense checkpoint at ``path`` (module docstring);
+    and whether its classifier was re-initialised."""
+    weights, reinitialised = load_dense_weights(path, config)
+    model = build_model(config, 1.0, drop_path=drop_path)       # a fresh classifier, seeded
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if unexpected or any(not k.startswith(CLASSIFIER + ".") for k in missing):
+        raise BarterError(f"{path} does not fit {config.name}: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    model = model.to(device)
+    if compact:
+        batches = calibration_loader(splits, batch_size, seed)
+        cut_to_density(model, density, batches, allocation, max_batches=CALIBRATION_BATCHES)
+    return model, reinitialised
