@@ -71,7 +71,8 @@ def cmd_train(args) -> int:
                     density=args.density, seed=args.seed, recipe=args.recipe, epochs=args.epochs,
                     batch_size=args.batch_size, lr=args.lr, train_subset=args.train_subset,
                     transfer_multiplier=args.transfer_multiplier, delta_t=args.delta_t,
-                    start=args.start, init=args.init, pflops=pflops, data_root=args.data_root, download=args.download,
+                    start=args.start, init=args.init, pflops=pflops, classes=args.classes,
+                    data_root=args.data_root, download=args.download,
                     device=args.device, progress=not args.no_progress)
     metrics = train(run, args.out)
     if metrics["mask"]:
@@ -168,6 +169,15 @@ def _density(text: str) -> float:
         raise argparse.ArgumentTypeError(f"density must be a number in (0, 1], got {text!r}")
 
 
+def _classes(text: str) -> tuple[int, ...]:
+    from .training.data import parse_classes
+
+    try:
+        return parse_classes(text)
+    except BarterError as error:
+        raise argparse.ArgumentTypeError(str(error))
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .core.configs import MODEL_CONFIGS
     from .training.recipes import RECIPE_NAMES
@@ -199,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="initial allocation of a compact method: even, first or last (piled into those layers)")
     p.add_argument("--init", metavar="CHECKPOINT",
                    help="fine-tune from a dense run's checkpoint (best.pt or last.pt of a --method dense run)")
+    p.add_argument("--classes", type=_classes,
+                   help="train on these classes only, relabelled 0..k-1: e.g. 0-4 (pretraining) or 5-9 (transfer)")
     p.add_argument("--pflops", type=float,
                    help="train until this many cumulative training PFLOPs instead of --epochs (compute-matched)")
     p.add_argument("--match-compute", metavar="RUN_DIR",

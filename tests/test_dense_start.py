@@ -20,6 +20,7 @@ from barter_mini.core.surgery import allocation_of, unit_l1_norms
 from barter_mini.errors import BarterError
 from barter_mini.masked import RigL, S2ViTE, SRigL
 from barter_mini.training.checkpoints import model_from_checkpoint
+from barter_mini.training.data import load_dataset, parse_classes
 from barter_mini.training.finetune import load_dense_weights
 from barter_mini.training.trainer import RunConfig, train
 
@@ -230,3 +231,30 @@ def test_compute_matched_training_stops_at_the_reference_runs_pflops(tmp_path):
     assert matched["run"]["pflops"] == reference["train_pflops"]
     with pytest.raises(BarterError, match="either epochs or a PFLOPs budget"):
         RunConfig(method="barter", epochs=2, pflops=1.0).validate()
+
+
+# ----------------------------------------------------------------------------- transfer task
+
+def test_class_selection_keeps_and_relabels_only_the_chosen_classes():
+    full = load_dataset("digits", seed=0)
+    half = load_dataset("digits", seed=0, classes=(7, 5, 9))
+    assert half.info.num_classes == 3
+    for name in ("train", "val", "test"):
+        original = [int(y) for _, y in getattr(full, name)]
+        kept = [int(y) for _, y in getattr(half, name)]
+        assert sorted(kept) == sorted({7: 0, 5: 1, 9: 2}[y] for y in original if y in (7, 5, 9))
+    image, label = half.test[0]
+    assert image.shape == (1, 8, 8) and 0 <= label < 3
+    assert parse_classes("0-2,7") == (0, 1, 2, 7)
+    with pytest.raises(BarterError, match="distinct class indices"):
+        load_dataset("digits", classes=(3, 3))
+
+
+def test_other_classes_reinitialise_the_classifier_even_at_the_same_count(tmp_path):
+    pretrained = train(RunConfig(method="dense", dataset="digits", recipe="smoke", classes=(0, 1, 2, 3, 4),
+                                 progress=False), tmp_path / "pre")
+    assert list(pretrained["run"]["classes"]) == [0, 1, 2, 3, 4]
+    config = model_from_checkpoint(torch.load(tmp_path / "pre" / "best.pt", weights_only=False)).config
+    _, same = load_dense_weights(tmp_path / "pre" / "best.pt", config, "digits", [0, 1, 2, 3, 4])
+    _, other = load_dense_weights(tmp_path / "pre" / "best.pt", config, "digits", (5, 6, 7, 8, 9))
+    assert not same and other

@@ -19,6 +19,10 @@ so the decoded arrays (150 MB for CIFAR-100) are held once.
 
 Items are ``(float tensor C x H x W normalised with DatasetInfo.mean/std, int label)``.
 
+``classes`` keeps only some of a dataset's classes, relabelled ``0..k-1`` in the order given
+(:func:`select_classes`): two disjoint halves of Fashion-MNIST make a transfer task that runs
+offline, pretraining on one half and fine-tuning on the other (the fine-tuning chapter).
+
 Where files are looked for: ``root`` (default :func:`default_data_root`); see
 ``data/README.md`` for the layout of each dataset and how to obtain it.
 """
@@ -31,7 +35,7 @@ import os
 import pathlib
 import tempfile
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +52,8 @@ __all__ = [
     "default_data_root",
     "load_dataset",
     "make_loaders",
+    "parse_classes",
+    "select_classes",
     "FASHION_MNIST_DEBIAN_DIR",
     "TINY_IMAGENET_URL",
 ]
@@ -457,6 +463,7 @@ def load_dataset(
     train_subset: int | None = None,
     augment: bool = True,
     download: bool = False,
+    classes: tuple[int, ...] | None = None,
 ) -> DataSplits:
     """Load ``name`` from ``root`` (default :func:`default_data_root`) as train/val/test.
 
@@ -465,7 +472,11 @@ def load_dataset(
     means all). ``augment`` turns on crop+flip for the training view (ignored for digits).
     ``download`` lets torchvision fetch a missing dataset (needs internet); without it a
     missing dataset is a one-line :class:`~barter_mini.errors.BarterError` that says how to get it.
+    ``classes`` keeps only those classes (:func:`select_classes`, after ``train_subset``).
     """
+    if classes is not None:
+        return select_classes(load_dataset(name, root, val_fraction=val_fraction, seed=seed, train_subset=train_subset,
+                                           augment=augment, download=download), classes)
     choose("dataset", name, DATASETS)
     _check_split_args(val_fraction, train_subset)
     info = DATASETS[name]
@@ -479,6 +490,58 @@ def load_dataset(
         "tiny-imagenet": _load_tiny_imagenet,
     }[name]
     return loader(info, root, augment, download, val_fraction, seed, train_subset)
+
+
+def parse_classes(text: str) -> tuple[int, ...]:
+    """``"0-4"`` or ``"5,6,7"`` (or a mix, ``"0-2,7"``) as a tuple of class indices."""
+    classes = []
+    try:
+        for part in str(text).split(","):
+            low, _, high = part.strip().partition("-")
+            classes += range(int(low), int(high) + 1) if high else [int(low)]
+    except ValueError:
+        raise BarterError(f"classes {text!r}: give indices and ranges such as 0-4 or 5,6,7") from None
+    return tuple(classes)
+
+
+def _labels(dataset: Dataset) -> list[int]:
+    """Every item's label, read from ``.targets`` (no image is decoded)."""
+    if isinstance(dataset, Subset):
+        inner = _labels(dataset.dataset)
+        return [inner[i] for i in dataset.indices]
+    return [int(t) for t in dataset.targets]
+
+
+class _Relabelled(Dataset):
+    """Items ``indices`` of ``dataset`` with label ``y`` replaced by ``relabel[y]``."""
+
+    def __init__(self, dataset: Dataset, indices: list[int], relabel: dict[int, int]):
+        self.dataset, self.indices, self.relabel = dataset, indices, relabel
+        inner = _labels(dataset)
+        self.targets = [relabel[inner[i]] for i in indices]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, index: int):
+        image, label = self.dataset[self.indices[index]]
+        return image, self.relabel[int(label)]
+
+
+def select_classes(splits: DataSplits, classes) -> DataSplits:
+    """The splits restricted to ``classes`` (distinct indices of the dataset's classes),
+    relabelled ``0..k-1`` in the order given; ``info.num_classes`` becomes ``k``."""
+    classes = tuple(int(c) for c in classes)
+    total = splits.info.num_classes
+    if not classes or len(set(classes)) != len(classes) or not all(0 <= c < total for c in classes):
+        raise BarterError(f"classes {list(classes)}: give distinct class indices in 0..{total - 1}")
+    relabel = {c: i for i, c in enumerate(classes)}
+
+    def keep(dataset):
+        return _Relabelled(dataset, [i for i, y in enumerate(_labels(dataset)) if y in relabel], relabel)
+
+    info = replace(splits.info, num_classes=len(classes))
+    return DataSplits(info, keep(splits.train), keep(splits.val), keep(splits.test))
 
 
 def make_loaders(

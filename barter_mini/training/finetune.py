@@ -13,8 +13,9 @@ from its weights:
 * the masked methods: full width, their initial masks keep the largest-magnitude weights
   (:class:`~barter_mini.masked.base.MaskedDST`, ``init_from_weights``).
 
-When the dataset has another number of classes than the checkpoint, the classifier is
-re-initialised (``model.head``, as in timm's ``reset_classifier``) and the run says so.
+When the run's labels differ from the checkpoint's (another dataset, other classes, or
+another class count), the classifier is re-initialised (``model.head``, as in timm's
+``reset_classifier``) and the run says so.
 """
 
 from __future__ import annotations
@@ -37,10 +38,12 @@ from .data import DataSplits
 CLASSIFIER = "head"
 
 
-def load_dense_weights(path: str | Path, config: ModelConfig) -> tuple[dict, bool]:
-    """The state dict of the dense checkpoint at ``path`` for a model of ``config``, and
-    whether its classifier had to be left out (another class count). A checkpoint of
-    another architecture, input size or a compact one gets a one-line error."""
+def load_dense_weights(path: str | Path, config: ModelConfig, dataset: str | None = None,
+                       classes=None) -> tuple[dict, bool]:
+    """The state dict of the dense checkpoint at ``path`` for a model of ``config`` trained on
+    ``dataset`` (its ``classes``), and whether its classifier had to be left out (other
+    labels). A checkpoint of another architecture, input size or a compact one gets a
+    one-line error."""
     state = load_checkpoint(Path(path))
     saved = ModelConfig.from_dict(state["model_config"])
     if Allocation(**{k: tuple(v) for k, v in state["allocation"].items()}) != full_allocation(saved):
@@ -53,10 +56,17 @@ def load_dense_weights(path: str | Path, config: ModelConfig) -> tuple[dict, boo
         raise BarterError(f"{path} holds a {saved.name} model that differs from {config.name} on this dataset in "
                           f"{', '.join(differ)}: fine-tune it with the same --model and image size")
     weights = state["model"]
-    reinitialised = saved.num_classes != config.num_classes
+    labels = state.get("run", {})
+    same_labels = dataset is None or "dataset" not in labels or (
+        labels["dataset"] == dataset and _classes(labels.get("classes")) == _classes(classes))
+    reinitialised = saved.num_classes != config.num_classes or not same_labels
     if reinitialised:
         weights = {k: v for k, v in weights.items() if not k.startswith(CLASSIFIER + ".")}
     return weights, reinitialised
+
+
+def _classes(classes):
+    return None if classes is None else tuple(classes)
 
 
 def calibration_loader(splits: DataSplits, batch_size: int, seed: int) -> DataLoader:
@@ -65,12 +75,12 @@ def calibration_loader(splits: DataSplits, batch_size: int, seed: int) -> DataLo
                       generator=torch.Generator().manual_seed(int(seed)))
 
 
-def dense_start(path: str | Path, config: ModelConfig, density: float, compact: bool,
+def dense_start(path: str | Path, config: ModelConfig, dataset: str, classes, density: float, compact: bool,
                 allocation: str | Allocation, splits: DataSplits, batch_size: int, seed: int,
                 device: torch.device, drop_path: float = 0.0) -> tuple[nn.Module, bool]:
     """The run's starting model from the dense checkpoint at ``path`` (module docstring);
     and whether its classifier was re-initialised."""
-    weights, reinitialised = load_dense_weights(path, config)
+    weights, reinitialised = load_dense_weights(path, config, dataset, classes)
     model = build_model(config, 1.0, drop_path=drop_path)       # a fresh classifier, seeded
     missing, unexpected = model.load_state_dict(weights, strict=False)
     if unexpected or any(not k.startswith(CLASSIFIER + ".") for k in missing):

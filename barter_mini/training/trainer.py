@@ -71,6 +71,8 @@ class RunConfig:
     #: train until the cumulative training compute reaches this many PFLOPs (compute-matched,
     #: Table 11) instead of for the recipe's epochs; the LR and update schedules span those steps
     pflops: float | None = None
+    #: train and evaluate on these classes of the dataset only, relabelled 0..k-1 (data.select_classes)
+    classes: tuple[int, ...] | None = None
     data_root: str | None = None
     download: bool = False
     device: str = "auto"
@@ -230,7 +232,7 @@ def build_training(run: RunConfig) -> Training:
     base_config = get_model_config(run.model)
     recipe = resolve_recipe(run, base_config.family)
     splits = load_dataset(run.dataset, run.data_root, seed=run.seed,
-                          train_subset=recipe.train_subset, download=run.download)
+                          train_subset=recipe.train_subset, download=run.download, classes=run.classes)
     if recipe.eval_subset:
         splits.val = Subset(splits.val, range(min(recipe.eval_subset, len(splits.val))))
         splits.test = Subset(splits.test, range(min(recipe.eval_subset, len(splits.test))))
@@ -245,11 +247,12 @@ def build_training(run: RunConfig) -> Training:
                             drop_path=recipe.drop_path).to(device)
     else:
         model, reinitialised = dense_start(
-            run.init, config, run.density, compact=not method.full_width,
+            run.init, config, run.dataset, run.classes, run.density, compact=not method.full_width,
             allocation="oneshot" if method.needs_init else allocation, splits=splits,
             batch_size=recipe.batch_size, seed=run.seed, device=device, drop_path=recipe.drop_path)
         if reinitialised:
-            print(f"{run.init}: the classifier was re-initialised for {config.num_classes} classes", file=sys.stderr)
+            print(f"{run.init}: the classifier was re-initialised for the {config.num_classes} classes of this run",
+                  file=sys.stderr)
     optimizer = make_optimizer(model, recipe)
     gflops = training_gflops_per_image(model)
     if run.pflops is None:
