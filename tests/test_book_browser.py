@@ -332,7 +332,8 @@ def test_search_finds_clone(tab, book_url):
 
 
 #: chapters with wide tables, checked on a 1280 x 800 screen
-TABLE_PAGES = ("notebooks/02_from_scratch.html", "notebooks/03_ablations.html", "notebooks/04_efficiency.html")
+TABLE_PAGES = ("notebooks/02_from_scratch.html", "notebooks/03_ablations.html", "notebooks/04_efficiency.html",
+               "notebooks/06_finetuning.html")
 TABLE_WIDTHS_JS = """() => {
     const article = document.querySelector("article.bd-article");
     const style = getComputedStyle(article);

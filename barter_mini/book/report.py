@@ -195,11 +195,13 @@ def _rows_per_method(frame: pd.DataFrame, sort_by: str, among=None):
         yield method, frame[frame["method"] == method].sort_values(sort_by)
 
 
-def plot_accuracy_against_density(summary: pd.DataFrame, paper: pd.DataFrame | None = None):
-    """Table 1 as a figure: test Top-1 (%) against density, one line per method, sample-std
-    error bars; dense as a horizontal reference. With ``paper``, a second panel shows the
-    paper's CCT/CIFAR-100 numbers on the same layout, so orderings can be compared."""
-    panels = [("this run", summary)] + ([("paper, CCT on CIFAR-100", paper)] if paper is not None else [])
+def plot_accuracy_against_density(summary: pd.DataFrame, paper: pd.DataFrame | None = None,
+                                  paper_title: str = "paper, CCT on CIFAR-100"):
+    """Table 1 (or Figure 5 (a)) as a figure: test Top-1 (%) against density, one line per
+    method, sample-std error bars; dense as a horizontal reference. With ``paper``, a second
+    panel (``paper_title``) shows the paper's numbers on the same layout, so orderings can be
+    compared."""
+    panels = [("this run", summary)] + ([(paper_title, paper)] if paper is not None else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 3.8), constrained_layout=True,
                              squeeze=False)
     for ax, (title, table) in zip(axes[0], panels):

@@ -1,0 +1,186 @@
+"""Fine-tuning from a pretrained dense model, and compute-matched BARTER (Figure 5, Tables 10, 11).
+
+The paper pretrains ViT on Tiny-ImageNet and fine-tunes every method on CIFAR-100 for 100
+epochs; BARTER's compact steps cost a fraction of the masked methods' full-size ones, so it
+also trains *compute-matched*: as many cumulative training PFLOPs as RigL spends (906 epochs
+at rho 0.1). On a CPU the transfer task runs offline on one dataset: a dense model is
+pretrained on half of Fashion-MNIST's classes (T-shirt, trouser, pullover, dress, coat) and
+every method fine-tunes from it on the other half (sandal, shirt, sneaker, bag, ankle boot),
+a new task with a new classifier, as CIFAR-100 is for a Tiny-ImageNet model. Splitting one
+dataset by class keeps the image statistics and size (so the whole backbone transfers) while
+the labels are disjoint, which is what makes it transfer rather than continued training.
+
+Every fine-tuning run starts from the same pretrained checkpoint (per seed) through the run
+cache, so the pretrained model is trained once and every method sees the same weights.
+Fine-tuning halves the recipe's peak learning rate, as Table 5 does (1e-3 against 2e-3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from tqdm import tqdm
+
+from ..training.cache import cached_train, run_dir
+from ..training.data import DATASETS
+from ..training.methods import check_methods, get_method
+from ..training.recipes import get_recipe
+from ..training.trainer import RunConfig
+from ..core.configs import get_model_config
+from .experiments import mean_std, profile_run, read_paper_table
+from .profiles import Profile
+from .report import METHOD_PALETTE
+
+
+@dataclass(frozen=True)
+class TransferTask:
+    """Pretrain on ``pretrain_classes`` of the dataset, fine-tune on ``finetune_classes``."""
+
+    pretrain_classes: tuple[int, ...]
+    finetune_classes: tuple[int, ...]
+
+
+#: the methods of Table 10, then the compact ones (oneshot: allocate once by importance)
+FINETUNE_METHODS = ("dense", "set", "snfs", "rigl", "srigl", "s2vite", "static", "oneshot", "barter")
+#: Table 11 matches BARTER's compute to RigL's, the strongest masked baseline
+COMPUTE_REFERENCE = "rigl"
+#: the two schedules of Table 11
+FULL, MATCHED = "recipe epochs", "compute-matched"
+
+
+def transfer_task(setup: Profile) -> TransferTask:
+    """The profile dataset's transfer task: pretrain on the first half of its classes,
+    fine-tune on the second (Fashion-MNIST 0-4 -> 5-9; CIFAR-100 0-49 -> 50-99 on the
+    ``paper`` profile, where the paper's Tiny-ImageNet -> CIFAR-100 needs ``barter-mini
+    train --init`` with images of one size)."""
+    classes = DATASETS[setup.dataset].num_classes
+    return TransferTask(pretrain_classes=tuple(range(classes // 2)),
+                        finetune_classes=tuple(range(classes // 2, classes)))
+
+
+def finetune_lr(setup: Profile) -> float:
+    """Table 5: fine-tuning peaks at half the from-scratch learning rate."""
+    return get_recipe(setup.recipe, get_model_config(setup.model).family).lr / 2
+
+
+def pretrained_checkpoint(setup: Profile, seed: int) -> str:
+    """The dense model pretrained on the task's first half (trained once, cached): its best.pt."""
+    run = replace(profile_run(setup, "dense", 1.0, seed), classes=transfer_task(setup).pretrain_classes)
+    cached_train(run)
+    return str(run_dir(run) / "best.pt")
+
+
+def finetune_run(setup: Profile, method: str, density: float, seed: int, pflops: float | None = None) -> RunConfig:
+    """``method`` fine-tuned from the seed's pretrained checkpoint on the task's second half;
+    with ``pflops``, trained until that much compute instead of the recipe's epochs."""
+    run = replace(profile_run(setup, method, density, seed), init=pretrained_checkpoint(setup, seed),
+                  classes=transfer_task(setup).finetune_classes, lr=finetune_lr(setup))
+    return run if pflops is None else replace(run, epochs=None, pflops=pflops)
+
+
+def _row(method: str, density: float, seed: int, schedule: str, metrics: dict) -> dict:
+    steps_per_epoch = metrics["history"][0]["step"]         # the first epoch is always whole
+    return {"method": method, "density": density, "seed": seed, "schedule": schedule,
+            "epochs": metrics["steps"] / steps_per_epoch, "pflops": metrics["train_pflops"],
+            "val_acc": 100 * metrics["val_acc"], "acc": 100 * metrics["test_acc"],
+            "f1": 100 * metrics["test_macro_f1"]}
+
+
+def run_finetuning(setup: Profile, methods, densities, seeds, matched: bool = True,
+                   progress: bool = True) -> pd.DataFrame:
+    """Fine-tune every method at every density and seed (dense once, at rho 1), and, with
+    ``matched``, BARTER again until RigL's cumulative PFLOPs on the same seed and density.
+
+    One row per run: method, density, seed, schedule (recipe epochs or compute-matched),
+    epochs trained, cumulative training PFLOPs, validation and test Top-1, test macro-F1 (%).
+    """
+    methods = check_methods(methods)
+    grid = [(m, d, s) for m in methods for d in ([1.0] if get_method(m).fixed_density else densities)
+            for s in seeds]
+    rows = []
+    for method, density, seed in tqdm(grid, desc="fine-tuning runs", disable=not progress):
+        rows.append(_row(method, density, seed, FULL, cached_train(finetune_run(setup, method, density, seed))))
+    if matched:
+        for density, seed in [(d, s) for d in densities for s in seeds]:
+            reference = cached_train(finetune_run(setup, COMPUTE_REFERENCE, density, seed))
+            metrics = cached_train(finetune_run(setup, "barter", density, seed, pflops=reference["train_pflops"]))
+            rows.append(_row("barter", density, seed, MATCHED, metrics))
+    return pd.DataFrame(rows)
+
+
+def summarize_finetuning(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean and sample std over seeds per method, density and schedule (Tables 10, 11)."""
+    grouped = runs.groupby(["method", "density", "schedule"], sort=False)
+    return grouped.agg(epochs=("epochs", "mean"), pflops=("pflops", "mean"), acc_mean=("acc", "mean"),
+                       acc_std=("acc", "std"), f1_mean=("f1", "mean"), f1_std=("f1", "std"),
+                       seeds=("seed", "count")).reset_index()
+
+
+def paper_finetuning() -> pd.DataFrame:
+    """Tables 10 and 11 (ViT fine-tuned on CIFAR-100), schedules named as ours."""
+    paper = read_paper_table("table10_11_finetuning_vit_cifar100")
+    return paper.assign(schedule=paper["schedule"].replace({"100 epochs": FULL}))
+
+
+def finetuning_beside_paper(summary: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
+    """Table 10 / 11 layout: ours (epochs, PFLOPs, Top-1) beside the paper's (the full
+    summary, macro-F1 and seeds included, is what the chapter saves as CSV)."""
+    merged = summary.merge(paper, on=["method", "density", "schedule"], how="left", suffixes=("", "_paper"))
+    return pd.DataFrame({
+        "method": merged["method"], "rho": merged["density"], "schedule": merged["schedule"],
+        "epochs": merged["epochs"].round(2), "PFLOPs": merged["pflops"].map("{:.3g}".format),
+        "Top-1 (%)": [mean_std(m, s) for m, s in zip(merged["acc_mean"], merged["acc_std"])],
+        "paper epochs": merged["epochs_paper"], "paper PFLOPs": merged["pflops_paper"],
+        "paper Top-1 (%)": [mean_std(m, s) for m, s in zip(merged["acc_mean_paper"], merged["acc_std_paper"])],
+    })
+
+
+def compute_matched_gains(runs: pd.DataFrame) -> pd.DataFrame:
+    """Table 11 in differences: per density, compute-matched BARTER minus BARTER after the
+    recipe's epochs, and minus RigL, in points of test Top-1 paired by seed (mean, sample
+    std), with the compute each spent."""
+    rows = []
+    for density, at in runs[runs["density"] < 1].groupby("density"):
+        def by_seed(method, schedule):
+            return at[(at["method"] == method) & (at["schedule"] == schedule)].set_index("seed")
+        matched, full, reference = by_seed("barter", MATCHED), by_seed("barter", FULL), by_seed(COMPUTE_REFERENCE, FULL)
+        if matched.empty:
+            continue
+        seeds = matched.index.intersection(full.index).intersection(reference.index)
+        over_full = matched.loc[seeds, "acc"] - full.loc[seeds, "acc"]
+        over_reference = matched.loc[seeds, "acc"] - reference.loc[seeds, "acc"]
+        rows.append({"rho": density, "seeds": len(seeds),
+                     "BARTER epochs": mean_std(full.loc[seeds, "epochs"].mean(), float("nan")),
+                     "matched epochs": mean_std(matched.loc[seeds, "epochs"].mean(), float("nan")),
+                     "matched minus BARTER (points)": mean_std(over_full.mean(), over_full.std()),
+                     f"matched minus {COMPUTE_REFERENCE} (points)": mean_std(over_reference.mean(), over_reference.std())})
+    return pd.DataFrame(rows)
+
+
+def plot_compute_matched(summary: pd.DataFrame, paper: pd.DataFrame | None = None):
+    """Figure 5 (b): Top-1 against cumulative training PFLOPs: BARTER after the recipe's epochs
+    (filled) and compute-matched (hollow), RigL at the same densities, dense for reference;
+    each point labelled with its density. With ``paper``, the paper's panel beside it."""
+    panels = [("this run", summary)] + ([("paper, ViT fine-tuned on CIFAR-100", paper)] if paper is not None else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 3.8), constrained_layout=True,
+                             squeeze=False)
+    densities = set(summary["density"])
+    for ax, (title, table) in zip(axes[0], panels):
+        shown = table[table["method"].isin(["barter", COMPUTE_REFERENCE, "dense"])
+                      & (table["density"].isin(densities) | (table["method"] == "dense"))]
+        for (method, schedule), rows in shown.groupby(["method", "schedule"], sort=False):
+            hollow = schedule == MATCHED
+            color = METHOD_PALETTE[method]
+            ax.errorbar(rows["pflops"], rows["acc_mean"], yerr=rows["acc_std"].fillna(0), fmt="o", capsize=3,
+                        color=color, mfc="white" if hollow else color, ms=7,
+                        label=f"{method}, {schedule}" if method != "dense" else "dense (rho = 1)")
+            for x, y, d in zip(rows["pflops"], rows["acc_mean"], rows["density"]):
+                ax.annotate(f"{d:g}", (x, y), textcoords="offset points", xytext=(5, 4), fontsize="small")
+        ax.set_xscale("log")
+        ax.set_xlabel("cumulative training compute (PFLOPs, log scale)")
+        ax.set_ylabel("test Top-1 accuracy (%)")
+        ax.set_title(title)
+    axes[0][-1].legend(fontsize="small", loc="lower right")
+    return fig
