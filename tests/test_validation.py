@@ -30,7 +30,7 @@ from helpers import TINY_CCT, tiny_model
     ({"transfer_multiplier": 0}, "transfer_multiplier must be in (0, inf]"),
     ({"stats_beta": 1.0}, "stats_beta must be in [0, 1)"),
     ({"min_age": -1}, "min_age must be an integer >= 0"),
-    ({"clone_moments": "zero"}, "unknown clone_moments 'zero': choose one of fresh, split, zero-momentum"),
+    ({"clone_moments": "zero"}, "unknown clone_moments 'zero': choose one of fresh, split, warmup, zero-momentum"),
     ({"pruning_score": "fisher"}, "unknown pruning_score 'fisher': choose one of magnitude, taylor-abs, taylor-squared"),
     ({"parent_score": "age"}, "unknown parent_score 'age': choose one of importance, pressure"),
     ({"receiver_rule": "max"}, "unknown receiver_rule 'max': choose one of mean-importance, mean-pressure"),

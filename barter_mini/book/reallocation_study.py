@@ -49,6 +49,7 @@ DESIGN_VARIANTS: dict[str, Variant] = {
     "split clone moments": Variant("barter", {"clone_moments": "split"}),
     "fresh clone moments": Variant("barter", {"clone_moments": "fresh"}),
     "zero-momentum clones": Variant("barter", {"clone_moments": "zero-momentum"}),
+    "warm-up clones": Variant("barter", {"clone_moments": "warmup"}),
     "no symmetry noise": Variant("barter", {"symmetry_noise": 0.0}),
     "receiver by mean pressure": Variant("barter", {"receiver_rule": "mean-pressure"}),
     "pruning by |Taylor|": Variant("barter", {"pruning_score": "taylor-abs"}),
@@ -64,7 +65,7 @@ DESIGN_VARIANTS: dict[str, Variant] = {
 
 #: each BarterSettings.clone_moments value -> the variant that sets it
 CLONE_MOMENT_VARIANTS = {"split": "split clone moments", "fresh": "fresh clone moments",
-                         "zero-momentum": "zero-momentum clones"}
+                         "zero-momentum": "zero-momentum clones", "warmup": "warm-up clones"}
 
 
 def barter_defaults(setup: Profile):

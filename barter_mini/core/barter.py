@@ -29,12 +29,13 @@ from ..errors import BarterError, check_in_range, check_integer, choose
 from .budgets import Budget
 from .method import MethodController
 from .unit_statistics import PRUNING_SCORES, RECEIVER_RULES, LayerStatistics, UnitStatistics
+from .warmup import UpdateWarmup, start_warmup
 from .surgery import (MOMENTUM_STATES, UNIT_KINDS, allocation_of, perturb_input_parameters, regather_units,
-                      reset_optimizer_state, unit_count)
+                      reset_optimizer_state, unit_count, unit_parameters)
 
 
 #: what a clone's optimizer state starts as (BarterSettings.clone_moments)
-CLONE_MOMENTS = ("split", "fresh", "zero-momentum")
+CLONE_MOMENTS = ("split", "fresh", "zero-momentum", "warmup")
 #: what ranks a receiver's units as parents (BarterSettings.parent_score)
 PARENT_SCORES = ("pressure", "importance")
 
@@ -64,6 +65,9 @@ class BarterSettings:
     #: validation (notebook 05, quick profile, rho 0.3, paired by seed): fresh minus split
     #: +0.37 points of Top-1 over 10 seeds (above on 9), zero-momentum minus split +0.05 over 6
     clone_moments: str = "fresh"
+    #: with clone_moments "warmup": optimizer steps over which a clone's updates ramp in
+    #: (core.warmup); None: its protection period (``protected_steps``)
+    warmup_steps: int | None = None
     #: the per-step pruning score, which the layer's growth priority averages (core.unit_statistics).
     #: Chosen on validation (notebook 05, quick profile, rho 0.3, paired by seed, with fresh clone
     #: moments): magnitude minus taylor-squared +0.44 points of Top-1 over 10 seeds (above on 7);
@@ -85,6 +89,8 @@ class BarterSettings:
         check_in_range("transfer_multiplier", self.transfer_multiplier, 0.0, math.inf, low_open=True)
         if self.min_age is not None:
             check_integer("min_age", self.min_age, minimum=0)
+        if self.warmup_steps is not None:
+            check_integer("warmup_steps", self.warmup_steps)
         choose("clone_moments", self.clone_moments, CLONE_MOMENTS)
         choose("pruning_score", self.pruning_score, PRUNING_SCORES)
         choose("receiver_rule", self.receiver_rule, RECEIVER_RULES)
@@ -95,6 +101,11 @@ class BarterSettings:
     def protected_steps(self) -> int:
         """Steps of statistics a reset unit needs before it may be pruned (default delta_t / 2)."""
         return self.min_age if self.min_age is not None else max(1, self.delta_t // 2)
+
+    @property
+    def clone_warmup_steps(self) -> int:
+        """Steps over which a ``warmup`` clone's updates ramp in."""
+        return self.warmup_steps if self.warmup_steps is not None else max(1, self.protected_steps)
 
 
 @dataclass(frozen=True)
@@ -237,7 +248,7 @@ def prune(block: nn.Module, kind: str, victims: list[int], stats: LayerStatistic
 def clone(block: nn.Module, kind: str, parents: list[int], stats: LayerStatistics,
           optimizer: torch.optim.Optimizer | None, alpha: float = 0.5,
           symmetry_noise: float = 1e-2, generator: torch.Generator | None = None,
-          clone_moments: str = "split") -> None:
+          clone_moments: str = "split", warmup_steps: int = 1) -> None:
     """Append one clone per parent: input parameters copied, output parameters split.
 
     The parent keeps ``alpha`` of its output weights and the clone gets ``1 - alpha``, so the
@@ -253,7 +264,9 @@ def clone(block: nn.Module, kind: str, parents: list[int], stats: LayerStatistic
     ``split`` (the remap: exact, lockstep), ``fresh`` (both moments zeroed: the clone diverges,
     but Adam bias-corrects with the tensor's shared step count, so its steps are up to ~5x
     the normal size for ~100 steps) or ``zero-momentum`` (first moment zeroed, split second
-    moment kept: normal step sizes, the parent's momentum separates the two). The method's
+    moment kept: normal step sizes, the parent's momentum separates the two) or ``warmup``
+    (zeroed as ``fresh``, the clone's updates ramped in over ``warmup_steps``: SMET's
+    optimizer warm-up, :mod:`barter_mini.core.warmup`). The method's
     default (``BarterSettings.clone_moments``) is ``fresh``, chosen on validation: the large
     early steps that separate the pair pay, the gentle separation of ``zero-momentum`` does
     not. This function's default stays ``split``, the exact surgery the tests derive.
@@ -270,8 +283,13 @@ def clone(block: nn.Module, kind: str, parents: list[int], stats: LayerStatistic
     out_scale[parent_index] = alpha
     out_scale[clone_index] = 1 - alpha
     regather_units(block, kind, sources, out_scale, optimizer)
-    if clone_moments == "fresh":
+    if clone_moments in ("fresh", "warmup"):
         reset_optimizer_state(block, kind, clone_index, optimizer)
+    if clone_moments == "warmup":
+        for spec in unit_parameters(block, kind):
+            born = torch.zeros(spec.tensor.shape, dtype=torch.bool, device=spec.tensor.device)
+            born.index_fill_(spec.axis, spec.element_index(clone_index.to(born.device), count + k), True)
+            start_warmup(optimizer, spec.tensor, born, warmup_steps)
     elif clone_moments == "zero-momentum":
         reset_optimizer_state(block, kind, clone_index, optimizer, only=MOMENTUM_STATES)
     if symmetry_noise > 0:
@@ -343,7 +361,8 @@ def apply_transfer(model: nn.Module, record: Transfer, statistics: UnitStatistic
     stats = statistics.layers[record.kind]
     prune_donors(model, record.kind, record.donors, stats, optimizer)
     clone(model.blocks[record.receiver], record.kind, record.parents, stats[record.receiver], optimizer,
-          settings.split_alpha, settings.symmetry_noise, generator, settings.clone_moments)
+          settings.split_alpha, settings.symmetry_noise, generator, settings.clone_moments,
+          settings.clone_warmup_steps)
 
 
 def transfer_units(model: nn.Module, kind: str, k: int, statistics: UnitStatistics,
@@ -387,8 +406,16 @@ class BarterController(MethodController):
         self.generator = torch.Generator().manual_seed(seed)
         self.executed = {kind: 0 for kind in UNIT_KINDS}
         self.history: list[dict] = [{"step": 0, **allocation.as_dict()}]
+        self.warmup = (UpdateWarmup(optimizer, settings.clone_warmup_steps)
+                       if settings.clone_moments == "warmup" else None)
+
+    def before_step(self) -> None:
+        if self.warmup is not None:
+            self.warmup.before_step()
 
     def after_step(self, step: int) -> dict[str, Transfer] | None:
+        if self.warmup is not None:
+            self.warmup.after_step()
         ks = self.schedule.transfers_at(step)
         if not any(ks.values()):
             return None

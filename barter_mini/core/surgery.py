@@ -31,11 +31,13 @@ from torch import nn
 
 from ..errors import BarterError
 from .budgets import Allocation
+from .warmup import WARMUP_AGE
 
 UNIT_KINDS = ("heads", "ffn")
 
 #: how a per-element optimizer state scales with the gradient: linearly or quadratically
-STATE_GRADIENT_POWER = {"exp_avg": 1, "momentum_buffer": 1, "exp_avg_sq": 2, "max_exp_avg_sq": 2}
+STATE_GRADIENT_POWER = {"exp_avg": 1, "momentum_buffer": 1, "exp_avg_sq": 2, "max_exp_avg_sq": 2,
+                        WARMUP_AGE: 0}
 
 
 @dataclass(frozen=True)

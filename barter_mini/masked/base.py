@@ -23,7 +23,9 @@ decoupled decay of a zero is zero) and ``param.mul_(mask)`` is re-applied after 
 as well. When a weight is dropped, its value and every per-element optimizer state entry
 (``exp_avg``, ``exp_avg_sq``, ``max_exp_avg_sq``, ``momentum_buffer``, whatever has the
 parameter's shape) are zeroed; a grown weight starts at 0 with zeroed state (the RigL
-convention); Adam's step count is shared by the tensor and is kept. (rigl-torch masks only
+convention; ``MaskedSettings.regrow_moments="reset"``) or, with ``"warmup"``, starts so and has
+its updates ramped in over ``warmup_steps`` (SMET's optimizer warm-up, :mod:`barter_mini.core.warmup`);
+Adam's step count is shared by the tensor and is kept. (rigl-torch masks only
 SGD momentum and leaves Adam moments of inactive weights alone; this harness does not.)
 
 Schedule (RigL, :class:`MaskSchedule`): an update every ``delta_t`` optimizer steps up to
@@ -62,9 +64,12 @@ from torch import nn
 
 from ..core.budgets import check_density
 from ..core.method import MethodController
-from ..errors import BarterError, check_in_range, check_integer
+from ..core.warmup import UpdateWarmup, start_warmup
+from ..errors import BarterError, check_in_range, check_integer, choose
 from .selection import drop_smallest, grow_largest
 
+#: what a regrown weight's optimizer state starts as (MaskedSettings.regrow_moments)
+REGROW_MOMENTS = ("reset", "warmup")
 #: the masked weight of each layer, by kind: (module path inside the block, attribute)
 MASKED_KINDS = ("qkv", "proj", "fc1", "fc2")
 
@@ -79,6 +84,8 @@ class MaskedSettings:
     srigl_gamma_sal: float = 0.95   # SRigL: minimum salient share of a row's fan-in
     s2vite_death_rate: float = 0.5  # S2ViTE: initial death rate, cosine-decayed
     s2vite_t_end: float = 0.8       # S2ViTE: fraction of training with updates
+    regrow_moments: str = "reset"   # a regrown weight's optimizer state: "reset" (zeroed) or "warmup"
+    warmup_steps: int | None = None  # "warmup": steps over which its updates ramp in (None: delta_t / 2)
 
     def validate(self) -> "MaskedSettings":
         check_integer("delta_t", self.delta_t)
@@ -86,7 +93,14 @@ class MaskedSettings:
             check_in_range(name, getattr(self, name), 0.0, 1.0, low_open=True)
         for name in ("alpha", "srigl_gamma_sal", "s2vite_death_rate"):
             check_in_range(name, getattr(self, name), 0.0, 1.0)
+        choose("regrow_moments", self.regrow_moments, REGROW_MOMENTS)
+        if self.warmup_steps is not None:
+            check_integer("warmup_steps", self.warmup_steps)
         return self
+
+    @property
+    def regrow_warmup_steps(self) -> int:
+        return self.warmup_steps if self.warmup_steps is not None else max(1, self.delta_t // 2)
 
 
 @dataclass(frozen=True)
@@ -179,6 +193,8 @@ class MaskedDST(MethodController):
         self.step = 0                 # optimizer steps seen by after_step
         self.history: list[dict] = []
         self._dense_grads: dict[str, torch.Tensor] = {}
+        self.warmup = (UpdateWarmup(optimizer, self.settings.regrow_warmup_steps)
+                       if self.settings.regrow_moments == "warmup" else None)
         self._masks: dict[str, torch.Tensor] = self._initial_masks()
         with torch.no_grad():
             for param, mask in self._enforced():
@@ -240,11 +256,15 @@ class MaskedDST(MethodController):
         for param, mask in self._enforced():
             if param.grad is not None:
                 param.grad.mul_(mask)
+        if self.warmup is not None:
+            self.warmup.before_step()
 
     @torch.no_grad()
     def after_step(self, step: int) -> dict | None:
         """After ``optimizer.step()`` (``step`` counts from 1): re-mask; update on schedule."""
         self.step = int(step)
+        if self.warmup is not None:
+            self.warmup.after_step()
         for param, mask in self._enforced():
             param.mul_(mask)
         record = None
@@ -272,6 +292,8 @@ class MaskedDST(MethodController):
             keep = before & new          # active before and after: value and state survive
             param.mul_(keep)
             self._zero_state(param, keep)
+            if self.warmup is not None:
+                start_warmup(self.optimizer, param, new & ~before, self.warmup.steps)
         record = {"step": step, "fraction": fraction,
                   "dropped": {n: int((old[n] & ~m).sum()) for n, m in self._masks.items()},
                   "grown": {n: int((m & ~old[n]).sum()) for n, m in self._masks.items()},

@@ -29,7 +29,7 @@ from torch import nn
 from ..core.barter import BarterController
 from ..core.method import Dense, MethodController, OneShot, Static
 from ..errors import BarterError, choose
-from ..masked import RigL, S2ViTE, SET, SNFS, SRigL, MaskedDST, MaskedSettings
+from ..masked import RigL, S2ViTE, SET, SNFS, SRigL, MaskedDST
 from .recipes import Recipe
 
 
@@ -85,7 +85,7 @@ def _masked(controller: type[MaskedDST]):
     """A masked baseline on the recipe's update interval and horizon, so that every dynamic
     method updates on the same schedule."""
     def build(setup: MethodSetup) -> MaskedDST:
-        settings = MaskedSettings(delta_t=setup.recipe.barter.delta_t, t_end=setup.recipe.barter.t_end)
+        settings = replace(setup.recipe.masked, delta_t=setup.recipe.barter.delta_t, t_end=setup.recipe.barter.t_end)
         return controller(setup.model, setup.optimizer, setup.density, setup.total_steps, settings,
                           seed=setup.seed, init_from_weights=setup.from_trained)
     return build

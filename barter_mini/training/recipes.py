@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..core.barter import BarterSettings
+from ..masked import MaskedSettings
 from ..errors import choose
 
 
@@ -27,6 +28,8 @@ class Recipe:
     train_subset: int | None = None
     eval_subset: int | None = None   # evaluate on the first N validation / test images only
     barter: BarterSettings = field(default_factory=BarterSettings)
+    #: the masked baselines' own knobs (their update interval and horizon are BARTER's)
+    masked: MaskedSettings = field(default_factory=MaskedSettings)
 
 
 #: recipe name -> recipe (``paper`` resolves to ``paper-cct`` or ``paper-vit`` by model family)
@@ -56,8 +59,11 @@ def get_recipe(name: str, family: str) -> Recipe:
 
 
 def with_overrides(recipe: Recipe, **overrides) -> Recipe:
-    """The recipe with every non-None override applied (command-line flags)."""
-    barter_keys = {k for k in BarterSettings.__dataclass_fields__}
-    barter = {k: v for k, v in overrides.items() if k in barter_keys and v is not None}
-    plain = {k: v for k, v in overrides.items() if k not in barter_keys and v is not None}
-    return replace(recipe, **plain, barter=replace(recipe.barter, **barter))
+    """The recipe with every non-None override applied (command-line flags); a setting of
+    BARTER's or the masked methods' goes to whichever has it (both, for ``warmup_steps``)."""
+    barter_keys, masked_keys = set(BarterSettings.__dataclass_fields__), set(MaskedSettings.__dataclass_fields__)
+    given = {k: v for k, v in overrides.items() if v is not None}
+    barter = {k: v for k, v in given.items() if k in barter_keys}
+    masked = {k: v for k, v in given.items() if k in masked_keys and k not in ("delta_t", "t_end")}
+    plain = {k: v for k, v in given.items() if k not in barter_keys | masked_keys}
+    return replace(recipe, **plain, barter=replace(recipe.barter, **barter), masked=replace(recipe.masked, **masked))
