@@ -44,6 +44,9 @@ from .recipes import Recipe, get_recipe, with_overrides
 
 #: optimizer steps per point of the training curve (running train loss and accuracy)
 LOG_EVERY = 10
+#: steps before and after every topology or mask update whose training losses metrics.json
+#: keeps (``update_losses``): where a cold start would show as a loss spike
+UPDATE_WINDOW = 10
 
 
 @dataclass
@@ -183,6 +186,8 @@ class Training:
     history: list = field(default_factory=list)
     curve: list = field(default_factory=list)
     window: list = field(default_factory=list)
+    #: the training loss of every step so far (for the windows around updates)
+    step_losses: list = field(default_factory=list)
 
     def checkpoint(self, epoch: int, val: dict) -> dict:
         return {"format": CHECKPOINT_FORMAT, "version": __version__, "run": asdict(self.run),
@@ -292,6 +297,7 @@ def fit_one_epoch(t: Training, epoch: int) -> dict:
         if t.controller.after_step(t.step) is not None and not get_method(t.run.method).full_width:
             t.gflops_per_image = training_gflops_per_image(t.model)      # the tensors changed size
         losses.append(loss.item())
+        t.step_losses.append(losses[-1])
         t.window.append((losses[-1], (logits.argmax(dim=1) == y).float().mean().item()))
         if t.step % LOG_EVERY == 0:
             t.curve.append({"step": t.step, "train_loss": float(np.mean([l for l, _ in t.window])),
@@ -318,6 +324,14 @@ def save_epoch(t: Training, out: Path, epoch: int) -> None:
     save_checkpoint(out / "last.pt", state)
 
 
+def update_losses(step_losses: list[float], updates: list[int], window: int = UPDATE_WINDOW) -> list[dict]:
+    """Per update step ``u`` (an optimizer step after which the method changed the model):
+    the training losses of steps ``u - window + 1 .. u`` (``before``) and ``u + 1 .. u + window``
+    (``after``), as far as the run went. ``step_losses[i]`` is the loss of step ``i + 1``."""
+    return [{"step": u, "before": step_losses[max(0, u - window):u], "after": step_losses[u:u + window]}
+            for u in updates if u < len(step_losses)]
+
+
 def finalize(t: Training, out: Path) -> dict:
     """Test the best checkpoint and write ``metrics.json``; return the metrics."""
     train_time = time.perf_counter() - t.started
@@ -336,6 +350,7 @@ def finalize(t: Training, out: Path) -> dict:
         "train_gflops_per_image": training_gflops_per_image(best_model),
         "train_pflops": t.train_gflops / 1e6,
         "allocation": best["allocation"], "history": t.history, "curve": t.curve,
+        "update_losses": update_losses(t.step_losses, t.controller.update_steps()),
         **t.controller.metrics(),
         "run": asdict(run), "recipe_settings": asdict(t.recipe),
     }
