@@ -60,7 +60,8 @@ CALLS = {"01_walkthrough.ipynb": ("walkthrough_run(", "donors_and_parents("),
          "02_from_scratch.ipynb": ("readable(runs",),
          "04_efficiency.ipynb": ("compute_beside_paper(", "readable(beside", "readable(updates"),
          "06_finetuning.ipynb": ("run_finetuning(", "finetuning_beside_paper(", "compute_matched_gains("),
-         "07_optimizer_state.ipynb": ("run_policies(", "policy_table(", "plot_loss_around_updates(")}
+         "07_optimizer_state.ipynb": ("run_policies(", "policy_table(", "plot_loss_around_updates("),
+         "08_transfer_counts.ipynb": ("run_multipliers(", "multipliers_beside_paper(")}
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)

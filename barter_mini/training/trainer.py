@@ -181,6 +181,8 @@ class Training:
     #: cumulative training GFLOPs so far: each segment between topology updates at its own cost
     gflops_per_image: float = 0.0
     train_gflops: float = 0.0
+    #: wall seconds spent in the controller's after_step calls that changed the model
+    update_seconds: float = 0.0
     step: int = 0
     best_acc: float = -1.0
     history: list = field(default_factory=list)
@@ -294,8 +296,14 @@ def fit_one_epoch(t: Training, epoch: int) -> dict:
         t.step += 1
         t.scheduler.step_update(t.step)
         t.train_gflops += t.gflops_per_image * x.shape[0]
-        if t.controller.after_step(t.step) is not None and not get_method(t.run.method).full_width:
-            t.gflops_per_image = training_gflops_per_image(t.model)      # the tensors changed size
+        started = time.perf_counter()
+        changed = t.controller.after_step(t.step) is not None
+        if changed:
+            if t.device.type == "cuda":
+                torch.cuda.synchronize(t.device)
+            t.update_seconds += time.perf_counter() - started
+            if not get_method(t.run.method).full_width:
+                t.gflops_per_image = training_gflops_per_image(t.model)  # the tensors changed size
         losses.append(loss.item())
         t.step_losses.append(losses[-1])
         t.window.append((losses[-1], (logits.argmax(dim=1) == y).float().mean().item()))
@@ -349,6 +357,7 @@ def finalize(t: Training, out: Path) -> dict:
         "params": count_parameters(best_model),
         "train_gflops_per_image": training_gflops_per_image(best_model),
         "train_pflops": t.train_gflops / 1e6,
+        "update_time_s": t.update_seconds, "update_ms_per_step": 1000 * t.update_seconds / max(1, t.step),
         "allocation": best["allocation"], "history": t.history, "curve": t.curve,
         "update_losses": update_losses(t.step_losses, t.controller.update_steps()),
         **t.controller.metrics(),

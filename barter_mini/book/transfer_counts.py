@@ -1,0 +1,66 @@
+"""How many units to move: BARTER at 1x, 2x, 4x and 6x the paper's transfers (Tables 16, 17).
+
+Table 3 fixes how many heads and FFN channels BARTER moves over a schedule (``K_H``, ``K_C``);
+Table 16 trains ViT/Tiny-ImageNet at rho = 0.5 with that count multiplied, and Table 17
+gives what the extra updates cost. Here each multiplier is a BARTER run of the profile
+(``RunConfig.transfer_multiplier`` scales the paper's count, whatever the profile's recipe
+uses), with its planned and executed transfers, Top-1 and macro-F1, and the wall time its
+topology updates took inside the run (``update_time_s`` in metrics.json: every
+``after_step`` that changed the model, so the statistics' bookkeeping between updates is
+not in it), per training step and over the schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pandas as pd
+from tqdm import tqdm
+
+from ..errors import BarterError, check_in_range
+from ..training.cache import cached_train
+from .experiments import mean_std, profile_run, read_paper_table
+from .profiles import Profile
+
+#: Table 16's multipliers of the paper's transfer counts
+MULTIPLIERS = (1.0, 2.0, 4.0, 6.0)
+
+
+def run_multipliers(setup: Profile, multipliers, density: float, seeds, progress: bool = True) -> pd.DataFrame:
+    """One BARTER run per multiplier and seed; one row each: planned and executed head and
+    FFN transfers, validation and test Top-1 and test macro-F1 (%), update time (ms per
+    training step, s per schedule)."""
+    multipliers = [check_in_range("multiplier", float(m), 0.0, float("inf"), low_open=True) for m in multipliers]
+    if not multipliers:
+        raise BarterError("multipliers must list at least one positive number")
+    rows = []
+    for multiplier, seed in tqdm([(m, s) for m in multipliers for s in seeds], desc="runs", disable=not progress):
+        metrics = cached_train(replace(profile_run(setup, "barter", density, seed), transfer_multiplier=multiplier))
+        planned, executed = metrics["transfers_planned"], metrics["transfers_executed"]
+        rows.append({"multiplier": multiplier, "seed": seed, "heads_planned": planned["heads"],
+                     "ffn_planned": planned["ffn"], "head_transfers": executed["heads"],
+                     "ffn_transfers": executed["ffn"], "val_acc": 100 * metrics["val_acc"],
+                     "acc": 100 * metrics["test_acc"], "f1": 100 * metrics["test_macro_f1"],
+                     "update_ms_per_step": metrics["update_ms_per_step"],
+                     "update_s_per_schedule": metrics["update_time_s"]})
+    return pd.DataFrame(rows)
+
+
+def multipliers_beside_paper(runs: pd.DataFrame) -> pd.DataFrame:
+    """Tables 16 and 17 layout, ours (mean ± sample std over seeds) beside the paper's
+    (ViT/Tiny-ImageNet, rho = 0.5)."""
+    paper = read_paper_table("table16_17_transfer_multiplier_vit").set_index("multiplier")
+    rows = []
+    for multiplier, own in runs.groupby("multiplier"):
+        theirs = paper.loc[multiplier] if multiplier in paper.index else None
+        rows.append({
+            "x": f"{multiplier:g}", "seeds": len(own),
+            "heads / FFN moved": f"{own['head_transfers'].mean():.0f} / {own['ffn_transfers'].mean():.0f}",
+            "Top-1 (%)": mean_std(own["acc"].mean(), own["acc"].std()),
+            "F1 (%)": mean_std(own["f1"].mean(), own["f1"].std()),
+            "update ms/step": f"{own['update_ms_per_step'].mean():.3f}",
+            "paper heads / FFN": "" if theirs is None else f"{theirs['head_transfers']:.0f} / {theirs['ffn_transfers']:.0f}",
+            "paper Top-1 (%)": "" if theirs is None else mean_std(theirs["acc_mean"], theirs["acc_std"]),
+            "paper ms/step": "" if theirs is None else f"{theirs['update_ms_per_step']:.3f}",
+        })
+    return pd.DataFrame(rows)
