@@ -110,3 +110,21 @@ def test_policies_are_settings_with_one_line_errors():
         MaskedSettings(regrow_moments="cold").validate()
     with pytest.raises(BarterError, match="clone_moments"):
         BarterSettings(clone_moments="cold").validate()
+
+
+def test_update_losses_are_the_windows_around_each_update():
+    from barter_mini.training.trainer import update_losses
+    losses = [float(i) for i in range(1, 31)]            # the loss of step i is i
+    windows = update_losses(losses, [4, 20, 29, 40], window=3)
+    assert windows == [{"step": 4, "before": [2.0, 3.0, 4.0], "after": [5.0, 6.0, 7.0]},
+                       {"step": 20, "before": [18.0, 19.0, 20.0], "after": [21.0, 22.0, 23.0]},
+                       {"step": 29, "before": [27.0, 28.0, 29.0], "after": [30.0]}]
+
+
+def test_a_run_records_its_update_windows_and_update_time(tmp_path):
+    from barter_mini.training.trainer import RunConfig, train
+    metrics = train(RunConfig(method="rigl", dataset="digits", recipe="smoke", epochs=2, progress=False), tmp_path)
+    steps = [u["step"] for u in metrics["update_losses"]]
+    assert steps and steps == [r["step"] for r in metrics["mask"]["history"]]
+    assert all(len(u["after"]) > 0 for u in metrics["update_losses"])
+    assert metrics["update_time_s"] > 0 and metrics["update_ms_per_step"] > 0
