@@ -6,8 +6,16 @@ controller's ``before_step`` / ``after_step`` around every optimizer step) and
 :func:`finalize` (test the best checkpoint, write the metrics). A run folder holds ``best.pt`` (chosen on validation Top-1), ``last.pt`` and
 ``metrics.json``: validation and test Top-1 and macro-F1 (fractions, test measured with the
 best checkpoint), wall time, transfers planned and executed, the per-epoch history and the
-per-layer allocation after every topology update, and a training curve (running loss and
-accuracy every ``LOG_EVERY`` steps). All files are written atomically.
+per-layer allocation after every topology update, a training curve (running loss and
+accuracy every ``LOG_EVERY`` steps), the training losses around every update
+(``update_losses``) and the time the updates took (``update_time_s``), and the cumulative
+training compute ``train_pflops``: the sum over steps of the batch size times the training
+FLOPs per image (3 x forward) of the tensors as they were at that step. All files are
+written atomically.
+
+A run may start from a trained dense model (``init``, :mod:`~barter_mini.training.finetune`),
+keep only some classes (``classes``), and train for a compute budget (``pflops``) instead of
+epochs: :func:`steps_for_compute` steps, over which the LR and update schedules are laid.
 """
 
 from __future__ import annotations
