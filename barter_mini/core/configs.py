@@ -67,7 +67,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, saved: dict) -> "ModelConfig":
-        """A configuration saved with :func:`dataclasses.asdict` (checkpoints; JSON turns
+        """A configuration saved with ``dataclasses.asdict`` (checkpoints; JSON turns
         the ``timm_kwargs`` pairs into lists)."""
         pairs = tuple((key, _frozen(value)) for key, value in saved.get("timm_kwargs", ()))
         return cls(**{**saved, "timm_kwargs": pairs})

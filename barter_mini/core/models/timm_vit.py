@@ -46,7 +46,7 @@ def check_resizable(model: nn.Module) -> None:
 
 
 def describe_timm_vit(model: nn.Module, name: str | None = None, kwargs: dict | None = None) -> ModelConfig:
-    """The full-width :class:`ModelConfig` of a stock timm vision transformer.
+    """The full-width :class:`~barter_mini.core.configs.ModelConfig` of a stock timm vision transformer.
 
     ``name`` defaults to ``model.pretrained_cfg["architecture"]``; ``kwargs`` to the
     sizes read off the model (image and patch size, channels, classes, width, depth, heads,
