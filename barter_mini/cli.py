@@ -183,18 +183,19 @@ def build_parser() -> argparse.ArgumentParser:
     from .training.recipes import RECIPE_NAMES
     from .training.methods import METHODS
 
+    model_help = f"one of {', '.join(MODEL_CONFIGS)}, or timm:ARCH[:key=value,...] (a stock timm ViT)"
     parser = argparse.ArgumentParser(prog="barter-mini", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("describe", help="budgets, per-layer allocation, parameters and GFLOPs of a model")
-    p.add_argument("--model", required=True, help=f"one of {', '.join(MODEL_CONFIGS)}")
+    p.add_argument("--model", required=True, help=model_help)
     p.add_argument("--density", type=_density, default=1.0, help="fraction of heads and FFN channels kept, in (0, 1]")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_describe)
 
     p = sub.add_parser("train", help="train one run into --out")
     p.add_argument("--method", default="barter", help=f"one of {', '.join(METHODS)}")
-    p.add_argument("--model", default="cct-mini", help=f"one of {', '.join(MODEL_CONFIGS)}")
+    p.add_argument("--model", default="cct-mini", help=model_help)
     p.add_argument("--dataset", default="fashion-mnist", help="fashion-mnist, digits, cifar100 or tiny-imagenet")
     p.add_argument("--density", type=_density, default=0.3, help="fraction of heads and FFN channels kept (dense: 1)")
     p.add_argument("--seed", type=int, default=0, help="random seed (model init, data split and order, updates)")
@@ -208,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start", default="even",
                    help="initial allocation of a compact method: even, first or last (piled into those layers)")
     p.add_argument("--init", metavar="CHECKPOINT",
-                   help="fine-tune from a dense run's checkpoint (best.pt or last.pt of a --method dense run)")
+                   help="fine-tune from a dense checkpoint: best.pt or last.pt of a --method dense run, "
+                        "or a timm checkpoint file (.pth, .bin, .safetensors) of --model timm:ARCH")
     p.add_argument("--classes", type=_classes,
                    help="train on these classes only, relabelled 0..k-1: e.g. 0-4 (pretraining) or 5-9 (transfer)")
     p.add_argument("--pflops", type=float,
@@ -241,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="step time, epoch time, peak memory, FLOPs, exported size and update cost "
                                      "of every method and density, measured side by side")
-    p.add_argument("--model", default="cct-paper", help=f"one of {', '.join(MODEL_CONFIGS)}")
+    p.add_argument("--model", default="cct-paper", help=model_help)
     p.add_argument("--methods", type=_comma_list(str, "method names"),
                    help=f"comma-separated, from {', '.join(METHODS)} (default: dense,rigl,set,srigl,s2vite,static,barter)")
     p.add_argument("--densities", type=_comma_list(float, "densities"),

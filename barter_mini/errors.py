@@ -14,10 +14,12 @@ class BarterError(ValueError):
     """Bad input: the message is one line and says what is allowed."""
 
 
-def choose(kind: str, name: str, allowed) -> None:
-    """Raise a :class:`BarterError` unless ``name`` is one of ``allowed``."""
+def choose(kind: str, name: str, allowed, extra: str = "") -> None:
+    """Raise a :class:`BarterError` unless ``name`` is one of ``allowed`` (``extra`` names
+    what else is allowed)."""
     if name not in allowed:
-        raise BarterError(f"unknown {kind} {name!r}: choose one of {', '.join(sorted(allowed))}")
+        raise BarterError(f"unknown {kind} {name!r}: choose one of {', '.join(sorted(allowed))}"
+                          + (f" {extra}" if extra else ""))
 
 
 def check_integer(name: str, value, minimum: int = 1) -> int:

@@ -2,6 +2,8 @@
 
 import copy
 import json
+import subprocess
+import sys
 from dataclasses import asdict
 
 import pytest
@@ -21,7 +23,7 @@ from barter_mini.errors import BarterError
 from barter_mini.masked import RigL, S2ViTE, SRigL
 from barter_mini.training.checkpoints import model_from_checkpoint
 from barter_mini.training.data import load_dataset, parse_classes
-from barter_mini.training.finetune import load_dense_weights
+from barter_mini.training.finetune import dense_start, load_dense_weights
 from barter_mini.training.trainer import RunConfig, train
 
 from helpers import TINY_CCT, assert_in_sync, batch, train_step
@@ -206,6 +208,59 @@ def test_fine_tuning_input_is_checked():
         RunConfig(method="oneshot").validate()
     with pytest.raises(BarterError, match="no such file"):
         RunConfig(method="barter", init="/no/such/file.pt").validate()
+
+
+# ----------------------------------------------------------------------------- timm checkpoint files
+
+#: ``--model`` naming TIMM_KWARGS' architecture at patch 2, sized by the dataset (digits: 8x8, 1 channel)
+TIMM_SPEC = "timm:vit_tiny_patch16_224:patch_size=2,embed_dim=96,num_heads=6,depth=3"
+
+
+def test_a_timm_model_name_describes_the_stock_model_and_bad_names_are_refused():
+    named = get_model_config("timm:vit_tiny_patch16_224:" + ",".join(f"{k}={v}" for k, v in TIMM_KWARGS.items()))
+    assert named == describe_timm_vit(stock_vit(), "vit_tiny_patch16_224", TIMM_KWARGS)
+    for spec, message in [("timm:vit_nope", "unknown timm model"), ("timm:vit_tiny_patch16_224:depth", "key=value"),
+                          ("timm:vit_tiny_patch16_224:bogus=1", "unexpected keyword"),
+                          ("timm:resnet18", "no .blocks"), ("vit-nope", "timm:ARCH")]:
+        with pytest.raises(BarterError, match=message):
+            get_model_config(spec)
+
+
+def test_a_timm_checkpoint_file_is_fitted_to_the_runs_images_and_keeps_the_layers_exactly(tmp_path):
+    """A 3-channel, 32-pixel, patch-8 timm file into a 1-channel, 8-pixel, patch-2 model:
+    timm's adapt_input_conv and checkpoint_filter_fn refit the embeddings, the layers load
+    unchanged, and a classifier of the run's class count is kept."""
+    pretrained = stock_vit(seed=3)
+    torch.save(pretrained.state_dict(), tmp_path / "vit.pth")
+    splits = load_dataset("digits", seed=0)
+    config = get_model_config(TIMM_SPEC).for_data(8, 1, 10)
+    model, reinitialised = dense_start(tmp_path / "vit.pth", config, "digits", None, 1.0, compact=False,
+                                       allocation="even", splits=splits, batch_size=16, seed=0,
+                                       device=torch.device("cpu"))
+    assert not reinitialised                                          # 10 classes in the file and the run
+    ours, theirs = model.state_dict(), pretrained.state_dict()
+    assert ours["patch_embed.proj.weight"].shape == (96, 1, 2, 2) and ours["pos_embed"].shape == (1, 17, 96)
+    for key in theirs:
+        if key.startswith(("blocks.", "norm.", "head.", "cls_token")):
+            assert torch.equal(ours[key], theirs[key]), key
+
+
+def test_the_cli_fine_tunes_barter_from_a_timm_checkpoint_file(tmp_path):
+    torch.manual_seed(0)
+    imagenet = timm.create_model("vit_tiny_patch16_224", pretrained=False, **{**TIMM_KWARGS, "num_classes": 1000})
+    torch.save(imagenet.state_dict(), tmp_path / "vit.pth")
+    result = subprocess.run([sys.executable, "-m", "barter_mini.cli", "train", "--model", TIMM_SPEC,
+                             "--init", str(tmp_path / "vit.pth"), "--dataset", "digits", "--recipe", "smoke",
+                             "--epochs", "1", "--density", "0.3", "--delta-t", "5", "--no-progress",
+                             "--out", str(tmp_path / "run")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "classifier was re-initialised for the 10 classes" in result.stderr
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    budget = compute_budget(get_model_config(TIMM_SPEC).for_data(8, 1, 10), 0.3)
+    assert (sum(metrics["allocation"]["heads"]), sum(metrics["allocation"]["ffn"])) == (budget.heads, budget.ffn)
+    assert metrics["transfers_executed"]["ffn"] > 0                    # updates moved units
+    rebuilt = model_from_checkpoint(torch.load(tmp_path / "run" / "best.pt", weights_only=False))
+    assert rebuilt.patch_embed.proj.in_channels == 1
 
 
 # ----------------------------------------------------------------------------- compute

@@ -104,5 +104,9 @@ MODEL_CONFIGS: dict[str, ModelConfig] = {
 
 
 def get_model_config(name: str) -> ModelConfig:
-    choose("model", name, MODEL_CONFIGS)
+    """A configuration of :data:`MODEL_CONFIGS`, or a stock timm ViT named ``timm:ARCH[:key=value,...]``."""
+    if isinstance(name, str) and name.startswith("timm:"):
+        from .models.timm_vit import timm_model_config     # models import this module
+        return timm_model_config(name)
+    choose("model", name, MODEL_CONFIGS, extra="or timm:ARCH[:key=value,...] for a stock timm ViT")
     return MODEL_CONFIGS[name]

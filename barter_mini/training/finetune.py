@@ -1,8 +1,14 @@
 """Fine-tuning: a run that starts from a trained dense model (``RunConfig.init``).
 
 The dense model is a ``--method dense`` run's checkpoint (``best.pt``, ``last.pt`` or an
-exported file) of the same architecture as the run's ``--model``. Every method starts
-from its weights:
+exported file) of the same architecture as the run's ``--model``, or, for a stock timm ViT
+(``--model timm:ARCH``), a timm checkpoint file (a state dict in ``.pth``, ``.bin`` or
+``.safetensors``, as timm's ``load_state_dict`` reads it). A timm file goes through what
+timm does when it loads pretrained weights into a model of other sizes: the patch
+embedding is summed or repeated over input channels (``adapt_input_conv``), the patch
+embedding and position embedding are resampled to the run's patch and image size (the
+architecture module's ``checkpoint_filter_fn``), and the classifier is dropped when its
+shape differs from the run's. Every method starts from its weights:
 
 * dense: the weights as they are;
 * the compact methods (static, BARTER and its ablations, oneshot): the dense model cut to
@@ -15,14 +21,20 @@ from its weights:
 
 When the run's labels differ from the checkpoint's (another dataset, other classes, or
 another class count), the classifier is re-initialised (``model.head``, as in timm's
-``reset_classifier``) and the run says so.
+``reset_classifier``) and the run says so. A timm file does not record its labels: its
+classifier is kept when its class count equals the run's (timm's own rule for pretrained
+weights).
 """
 
 from __future__ import annotations
 
+import pickle
+import sys
 from pathlib import Path
 
 import torch
+from timm.models import load_state_dict as load_timm_state_dict
+from timm.models._manipulate import adapt_input_conv
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -65,6 +77,45 @@ def load_dense_weights(path: str | Path, config: ModelConfig, dataset: str | Non
     return weights, reinitialised
 
 
+def is_package_checkpoint(path: str | Path) -> bool:
+    """Whether ``path`` holds a checkpoint this package wrote (else it may be a timm file)."""
+    try:
+        state = torch.load(Path(path), map_location="cpu", weights_only=False)
+    except Exception:                   # safetensors, truncated or foreign: not ours
+        return False
+    return isinstance(state, dict) and "format" in state and "model_config" in state
+
+
+def classifier_names(model: nn.Module) -> tuple[str, ...]:
+    """The classifier modules timm's pretrained config names (``head``, DeiT's ``head_dist``)."""
+    names = getattr(model, "pretrained_cfg", {}).get("classifier", CLASSIFIER)
+    return (names,) if isinstance(names, str) else tuple(names)
+
+
+def load_timm_weights(path: str | Path, model: nn.Module) -> tuple[dict, bool]:
+    """The weights of a timm checkpoint file fitted to the full-width timm ``model`` (module
+    docstring), and whether its classifier was left out."""
+    try:
+        state = load_timm_state_dict(str(path))
+    except (RuntimeError, EOFError, ValueError, KeyError, pickle.UnpicklingError, OSError) as error:
+        raise BarterError(f"{path} is neither a barter-mini checkpoint nor a readable timm checkpoint file "
+                          f"({type(error).__name__}): give a state dict saved by torch.save or safetensors") from None
+    patch = state.get("patch_embed.proj.weight")
+    in_chans = model.patch_embed.proj.in_channels
+    if patch is not None and patch.dim() == 4 and patch.shape[1] != in_chans:
+        state["patch_embed.proj.weight"] = adapt_input_conv(in_chans, patch)
+    fit = getattr(sys.modules[type(model).__module__], "checkpoint_filter_fn", None)
+    if fit is not None:
+        state = fit(state, model)
+    ours = model.state_dict()
+    heads = tuple(name + "." for name in classifier_names(model))
+    classifier = [k for k in state if k.startswith(heads)]
+    misfit = any(k not in ours or ours[k].shape != state[k].shape for k in classifier)
+    if misfit:
+        state = {k: v for k, v in state.items() if k not in classifier}
+    return state, misfit
+
+
 def _classes(classes):
     return None if classes is None else tuple(classes)
 
@@ -80,10 +131,14 @@ def dense_start(path: str | Path, config: ModelConfig, dataset: str, classes, de
                 device: torch.device, drop_path: float = 0.0) -> tuple[nn.Module, bool]:
     """The run's starting model from the dense checkpoint at ``path`` (module docstring);
     and whether its classifier was re-initialised."""
-    weights, reinitialised = load_dense_weights(path, config, dataset, classes)
     model = build_model(config, 1.0, drop_path=drop_path)       # a fresh classifier, seeded
+    if config.timm_model and not is_package_checkpoint(path):
+        weights, reinitialised = load_timm_weights(path, model)
+    else:
+        weights, reinitialised = load_dense_weights(path, config, dataset, classes)
     missing, unexpected = model.load_state_dict(weights, strict=False)
-    if unexpected or any(not k.startswith(CLASSIFIER + ".") for k in missing):
+    heads = tuple(name + "." for name in classifier_names(model))
+    if unexpected or any(not k.startswith(heads) for k in missing):
         raise BarterError(f"{path} does not fit {config.name}: missing {missing[:3]}, unexpected {unexpected[:3]}")
     model = model.to(device)
     if compact:

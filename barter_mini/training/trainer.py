@@ -108,7 +108,8 @@ class RunConfig:
         if method.needs_init and (self.start != "even" or self.allocation is not None):
             raise BarterError(f"{self.method} chooses its own allocation: leave start and allocation unset")
         if self.init is not None and not Path(self.init).is_file():
-            raise BarterError(f"--init {self.init}: no such file; give a dense run's best.pt or last.pt")
+            raise BarterError(f"--init {self.init}: no such file; give a dense run's best.pt or last.pt "
+                              "(or a timm checkpoint file with --model timm:ARCH)")
         if self.epochs is not None:
             check_integer("epochs", self.epochs)
         if self.pflops is not None:

@@ -9,12 +9,18 @@ and register tokens, LayerScale, norms, head) is left as timm built it.
 A model is described by a :class:`~barter_mini.core.configs.ModelConfig` with ``timm_model``
 set: the architecture name and the keyword arguments that rebuild it, so checkpoints,
 export and the bench rebuild it with ``timm.create_model`` like the package's own models.
+On the command line a model name ``timm:ARCH`` or ``timm:ARCH:key=value,...`` (e.g.
+``timm:vit_tiny_patch16_224:patch_size=4``) names one (:func:`timm_model_config`); the
+image size, channels and classes follow the dataset, as for every model.
 Layer variants the surgery cannot resize are refused: attention with ``scale_norm`` (a
 LayerNorm over all heads) or a gate, and gated or normalised MLPs (``GluMlp``, ``SwiGLU``,
 ``Mlp`` with a hidden ``norm``).
 """
 
 from __future__ import annotations
+
+import ast
+from functools import lru_cache
 
 import timm
 from timm.layers import Attention, Mlp
@@ -81,6 +87,35 @@ def describe_timm_vit(model: nn.Module, name: str | None = None, kwargs: dict | 
         raise BarterError(f"timm.create_model({name!r}, **{kwargs}) does not rebuild this model: "
                           "pass the keyword arguments it was created with")
     return config
+
+
+#: the prefix of a model name that names a stock timm architecture
+TIMM_PREFIX = "timm:"
+
+
+@lru_cache(maxsize=32)
+def timm_model_config(spec: str) -> ModelConfig:
+    """The configuration named ``timm:ARCH[:key=value,...]`` (values are Python literals,
+    else strings), described from an untrained ``timm.create_model(ARCH, **kwargs)``."""
+    name, _, given = spec.removeprefix(TIMM_PREFIX).partition(":")
+    if not timm.is_model(name):
+        raise BarterError(f"unknown timm model {name!r}: give timm:ARCH with ARCH from timm.list_models('vit_*') "
+                          "or another ViT whose blocks hold timm Attention and Mlp")
+    kwargs = {}
+    for item in filter(None, given.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise BarterError(f"timm model option {item!r}: write key=value, e.g. timm:{name}:patch_size=4")
+        try:
+            kwargs[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            kwargs[key] = value
+    try:
+        model = timm.create_model(name, pretrained=False, **kwargs)
+    except (TypeError, ValueError, AssertionError, RuntimeError) as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise BarterError(f"timm.create_model({name!r}, **{kwargs}) failed: {message}") from None
+    return describe_timm_vit(model, name, kwargs)
 
 
 def create_timm_vit(config: ModelConfig, drop_path: float = 0.0) -> nn.Module:
