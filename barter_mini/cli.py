@@ -71,7 +71,7 @@ def cmd_train(args) -> int:
                     density=args.density, seed=args.seed, recipe=args.recipe, epochs=args.epochs,
                     batch_size=args.batch_size, lr=args.lr, train_subset=args.train_subset,
                     transfer_multiplier=args.transfer_multiplier, delta_t=args.delta_t,
-                    start=args.start, init=args.init, pflops=pflops, classes=args.classes,
+                    start=args.start, init=args.init, pflops=pflops, classes=args.classes, img_size=args.img_size,
                     data_root=args.data_root, download=args.download,
                     device=args.device, progress=not args.no_progress)
     metrics = train(run, args.out)
@@ -213,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "or a timm checkpoint file (.pth, .bin, .safetensors) of --model timm:ARCH")
     p.add_argument("--classes", type=_classes,
                    help="train on these classes only, relabelled 0..k-1: e.g. 0-4 (pretraining) or 5-9 (transfer)")
+    p.add_argument("--img-size", type=_positive_int,
+                   help="resize the images to this side, e.g. 64 to fine-tune a Tiny-ImageNet model on CIFAR-100")
     p.add_argument("--pflops", type=float,
                    help="train until this many cumulative training PFLOPs instead of --epochs (compute-matched)")
     p.add_argument("--match-compute", metavar="RUN_DIR",

@@ -4,13 +4,15 @@ import copy
 import json
 import subprocess
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pytest
 import timm
 import torch
 from hypothesis import given, settings, strategies as st
 
+from barter_mini.book.finetuning import finetune_run, pretraining_run, transfer_task
+from barter_mini.book.profiles import resolve_profile
 from barter_mini.core.barter import BarterController, BarterSettings
 from barter_mini.core.budgets import Budget, compute_budget, initial_allocation
 from barter_mini.core.configs import get_model_config
@@ -201,6 +203,32 @@ def test_a_dense_start_is_the_checkpoint_and_a_new_class_count_reinitialises_the
     assert reinitialised and not any(k.startswith("head.") for k in weights)
     with pytest.raises(BarterError, match="differs from"):
         load_dense_weights(dense_run / "best.pt", config.for_data(16, 1, 10))
+
+
+def test_a_model_fine_tunes_on_another_datasets_images_resized_to_its_size(dense_run, tmp_path, capsys):
+    """Digits (8 px) -> Fashion-MNIST's first five classes resized to 8 px: the paper's
+    Tiny-ImageNet -> CIFAR-100 in miniature; without the resize the checkpoint is refused."""
+    run = RunConfig(method="barter", dataset="fashion-mnist", classes=(0, 1, 2, 3, 4), recipe="smoke", epochs=1,
+                    train_subset=256, density=0.3, init=str(dense_run / "best.pt"), progress=False)
+    with pytest.raises(BarterError, match="img_size"):
+        train(run, tmp_path / "native")
+    metrics = train(replace(run, img_size=8), tmp_path / "resized")
+    assert "classifier was re-initialised for the 5 classes" in capsys.readouterr().err
+    assert metrics["run"]["img_size"] == 8 and metrics["dataset"] == "fashion-mnist"
+    with pytest.raises(BarterError, match="img_size"):
+        RunConfig(img_size=0).validate()
+
+
+def test_the_paper_profile_fine_tunes_the_papers_vit_from_tiny_imagenet_on_cifar100_at_64_px():
+    paper = resolve_profile("paper")
+    pretraining = pretraining_run(paper, seed=2)
+    assert (pretraining.model, pretraining.dataset, pretraining.classes) == ("vit-paper", "tiny-imagenet", None)
+    run = finetune_run(paper, "barter", 0.1, 2, init="pretrained.pt")
+    assert (run.model, run.dataset, run.img_size, run.classes, run.init) == ("vit-paper", "cifar100", 64, None,
+                                                                          "pretrained.pt")
+    assert run.lr == pytest.approx(1e-3)                                   # Table 5's fine-tuning peak
+    quick = transfer_task(resolve_profile("quick"))
+    assert (quick.pretrain_classes, quick.finetune_classes, quick.img_size) == ((0, 1, 2, 3, 4), (5, 6, 7, 8, 9), None)
 
 
 def test_fine_tuning_input_is_checked():

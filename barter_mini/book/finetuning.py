@@ -9,6 +9,8 @@ every method fine-tunes from it on the other half (sandal, shirt, sneaker, bag, 
 a new task with a new classifier, as CIFAR-100 is for a Tiny-ImageNet model. Splitting one
 dataset by class keeps the image statistics and size (so the whole backbone transfers) while
 the labels are disjoint, which is what makes it transfer rather than continued training.
+The ``paper`` profile runs the paper's own transfer (:data:`PAPER_TRANSFER`): ``vit-paper``
+pretrained on Tiny-ImageNet, fine-tuned on CIFAR-100 resized to Tiny-ImageNet's 64 px.
 
 Every fine-tuning run starts from the same pretrained checkpoint (per seed) through the run
 cache, so the pretrained model is trained once and every method sees the same weights.
@@ -36,10 +38,22 @@ from .report import METHOD_PALETTE
 
 @dataclass(frozen=True)
 class TransferTask:
-    """Pretrain on ``pretrain_classes`` of the dataset, fine-tune on ``finetune_classes``."""
+    """Pretrain ``model`` on ``pretrain_dataset`` (its ``pretrain_classes``; None: all of
+    them), fine-tune it on ``finetune_dataset`` (``finetune_classes``) with the images resized
+    to ``img_size`` pixels (None: as they are)."""
 
-    pretrain_classes: tuple[int, ...]
-    finetune_classes: tuple[int, ...]
+    model: str
+    pretrain_dataset: str
+    pretrain_classes: tuple[int, ...] | None
+    finetune_dataset: str
+    finetune_classes: tuple[int, ...] | None
+    img_size: int | None = None
+
+
+#: Tables 10 and 11: ViT pretrained on Tiny-ImageNet, fine-tuned on all of CIFAR-100 at 64 px
+#: (the size Table 11's PFLOPs imply; :func:`~barter_mini.training.data.resize_images`)
+PAPER_TRANSFER = TransferTask(model="vit-paper", pretrain_dataset="tiny-imagenet", pretrain_classes=None,
+                              finetune_dataset="cifar100", finetune_classes=None, img_size=64)
 
 
 #: the methods of Table 10, then the compact ones (oneshot: allocate once by importance)
@@ -51,32 +65,44 @@ FULL, MATCHED = "recipe epochs", "compute-matched"
 
 
 def transfer_task(setup: Profile) -> TransferTask:
-    """The profile dataset's transfer task: pretrain on the first half of its classes,
-    fine-tune on the second (Fashion-MNIST 0-4 -> 5-9; CIFAR-100 0-49 -> 50-99 on the
-    ``paper`` profile, where the paper's Tiny-ImageNet -> CIFAR-100 needs ``barter-mini
-    train --init`` with images of one size)."""
+    """The profile's transfer task: on the ``paper`` profile with CIFAR-100 the paper's own
+    (:data:`PAPER_TRANSFER`); otherwise pretrain on the first half of the dataset's classes and
+    fine-tune on the second (Fashion-MNIST 0-4 -> 5-9)."""
+    if setup.name == "paper" and setup.dataset == PAPER_TRANSFER.finetune_dataset:
+        return PAPER_TRANSFER
     classes = DATASETS[setup.dataset].num_classes
-    return TransferTask(pretrain_classes=tuple(range(classes // 2)),
-                        finetune_classes=tuple(range(classes // 2, classes)))
+    return TransferTask(model=setup.model, pretrain_dataset=setup.dataset, pretrain_classes=tuple(range(classes // 2)),
+                        finetune_dataset=setup.dataset, finetune_classes=tuple(range(classes // 2, classes)))
 
 
 def finetune_lr(setup: Profile) -> float:
     """Table 5: fine-tuning peaks at half the from-scratch learning rate."""
-    return get_recipe(setup.recipe, get_model_config(setup.model).family).lr / 2
+    return get_recipe(setup.recipe, get_model_config(transfer_task(setup).model).family).lr / 2
+
+
+def pretraining_run(setup: Profile, seed: int) -> RunConfig:
+    """The dense run that pretrains the task's model on its pretraining data."""
+    task = transfer_task(setup)
+    return replace(profile_run(setup, "dense", 1.0, seed), model=task.model, dataset=task.pretrain_dataset,
+                   classes=task.pretrain_classes)
 
 
 def pretrained_checkpoint(setup: Profile, seed: int) -> str:
-    """The dense model pretrained on the task's first half (trained once, cached): its best.pt."""
-    run = replace(profile_run(setup, "dense", 1.0, seed), classes=transfer_task(setup).pretrain_classes)
+    """The pretrained dense model (trained once, cached): its best.pt."""
+    run = pretraining_run(setup, seed)
     cached_train(run)
     return str(run_dir(run) / "best.pt")
 
 
-def finetune_run(setup: Profile, method: str, density: float, seed: int, pflops: float | None = None) -> RunConfig:
-    """``method`` fine-tuned from the seed's pretrained checkpoint on the task's second half;
-    with ``pflops``, trained until that much compute instead of the recipe's epochs."""
-    run = replace(profile_run(setup, method, density, seed), init=pretrained_checkpoint(setup, seed),
-                  classes=transfer_task(setup).finetune_classes, lr=finetune_lr(setup))
+def finetune_run(setup: Profile, method: str, density: float, seed: int, pflops: float | None = None,
+                 init: str | None = None) -> RunConfig:
+    """``method`` fine-tuned on the task's fine-tuning data from ``init`` (default: the seed's
+    pretrained checkpoint, trained if missing); with ``pflops``, trained until that much
+    compute instead of the recipe's epochs."""
+    task = transfer_task(setup)
+    run = replace(profile_run(setup, method, density, seed), model=task.model, dataset=task.finetune_dataset,
+                  init=init or pretrained_checkpoint(setup, seed), classes=task.finetune_classes,
+                  img_size=task.img_size, lr=finetune_lr(setup))
     return run if pflops is None else replace(run, epochs=None, pflops=pflops)
 
 

@@ -84,6 +84,8 @@ class RunConfig:
     pflops: float | None = None
     #: train and evaluate on these classes of the dataset only, relabelled 0..k-1 (data.select_classes)
     classes: tuple[int, ...] | None = None
+    #: resize the dataset's images to this many pixels a side (fine-tuning at a checkpoint's size)
+    img_size: int | None = None
     data_root: str | None = None
     download: bool = False
     device: str = "auto"
@@ -112,6 +114,8 @@ class RunConfig:
                               "(or a timm checkpoint file with --model timm:ARCH)")
         if self.epochs is not None:
             check_integer("epochs", self.epochs)
+        if self.img_size is not None:
+            check_integer("img_size", self.img_size)
         if self.pflops is not None:
             check_in_range("pflops", self.pflops, 0.0, math.inf, low_open=True)
             if self.epochs is not None:
@@ -248,7 +252,8 @@ def build_training(run: RunConfig) -> Training:
     base_config = get_model_config(run.model)
     recipe = resolve_recipe(run, base_config.family)
     splits = load_dataset(run.dataset, run.data_root, seed=run.seed,
-                          train_subset=recipe.train_subset, download=run.download, classes=run.classes)
+                          train_subset=recipe.train_subset, download=run.download, classes=run.classes,
+                          img_size=run.img_size)
     if recipe.eval_subset:
         splits.val = Subset(splits.val, range(min(recipe.eval_subset, len(splits.val))))
         splits.test = Subset(splits.test, range(min(recipe.eval_subset, len(splits.test))))
