@@ -104,7 +104,7 @@ MODEL_CONFIGS: dict[str, ModelConfig] = {
 
 
 def get_model_config(name: str) -> ModelConfig:
-    """A configuration of :data:`MODEL_CONFIGS`, or a stock timm ViT named ``timm:ARCH[:key=value,...]``."""
+    """A configuration of ``MODEL_CONFIGS``, or a stock timm ViT named ``timm:ARCH[:key=value,...]``."""
     if isinstance(name, str) and name.startswith("timm:"):
         from .models.timm_vit import timm_model_config     # models import this module
         return timm_model_config(name)

@@ -54,6 +54,7 @@ __all__ = [
     "make_loaders",
     "parse_classes",
     "select_classes",
+    "resize_images",
     "FASHION_MNIST_DEBIAN_DIR",
     "TINY_IMAGENET_URL",
 ]
