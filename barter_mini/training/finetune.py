@@ -51,12 +51,12 @@ CLASSIFIER = "head"
 
 
 def load_dense_weights(path: str | Path, config: ModelConfig, dataset: str | None = None,
-                       classes=None) -> tuple[dict, bool]:
+                       classes=None, state: dict | None = None) -> tuple[dict, bool]:
     """The state dict of the dense checkpoint at ``path`` for a model of ``config`` trained on
     ``dataset`` (its ``classes``), and whether its classifier had to be left out (other
-    labels). A checkpoint of another architecture, input size or a compact one gets a
-    one-line error."""
-    state = load_checkpoint(Path(path))
+    labels); ``state`` is the checkpoint when it was already read from ``path``. A checkpoint
+    of another architecture, input size or a compact one gets a one-line error."""
+    state = state if state is not None else load_checkpoint(Path(path))
     saved = ModelConfig.from_dict(state["model_config"])
     if Allocation(**{k: tuple(v) for k, v in state["allocation"].items()}) != full_allocation(saved):
         raise BarterError(f"{path} holds a compact model ({state.get('run', {}).get('method', 'not dense')}): "
@@ -77,13 +77,12 @@ def load_dense_weights(path: str | Path, config: ModelConfig, dataset: str | Non
     return weights, reinitialised
 
 
-def is_package_checkpoint(path: str | Path) -> bool:
-    """Whether ``path`` holds a checkpoint this package wrote (else it may be a timm file)."""
+def package_checkpoint_or_none(path: str | Path) -> dict | None:
+    """The checkpoint at ``path`` if this package wrote it, else None (it may be a timm file)."""
     try:
-        state = torch.load(Path(path), map_location="cpu", weights_only=False)
-    except Exception:                   # safetensors, truncated or foreign: not ours
-        return False
-    return isinstance(state, dict) and "format" in state and "model_config" in state
+        return load_checkpoint(Path(path))
+    except BarterError:
+        return None
 
 
 def classifier_names(model: nn.Module) -> tuple[str, ...]:
@@ -132,10 +131,11 @@ def dense_start(path: str | Path, config: ModelConfig, dataset: str, classes, de
     """The run's starting model from the dense checkpoint at ``path`` (module docstring);
     and whether its classifier was re-initialised."""
     model = build_model(config, 1.0, drop_path=drop_path)       # a fresh classifier, seeded
-    if config.timm_model and not is_package_checkpoint(path):
+    state = package_checkpoint_or_none(path) if config.timm_model else None
+    if config.timm_model and state is None:
         weights, reinitialised = load_timm_weights(path, model)
     else:
-        weights, reinitialised = load_dense_weights(path, config, dataset, classes)
+        weights, reinitialised = load_dense_weights(path, config, dataset, classes, state)
     missing, unexpected = model.load_state_dict(weights, strict=False)
     heads = tuple(name + "." for name in classifier_names(model))
     if unexpected or any(not k.startswith(heads) for k in missing):
