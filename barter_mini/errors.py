@@ -17,18 +17,43 @@ class BarterError(ValueError):
 def choose(kind: str, name: str, allowed, extra: str = "") -> None:
     """Raise a :class:`BarterError` unless ``name`` is one of ``allowed`` (``extra`` names
     what else is allowed)."""
-    if name not in allowed:
+    try:
+        known = name in allowed
+    except TypeError:                   # an unhashable value (a list, a dict) is no name at all
+        known = False
+    if not known:
         raise BarterError(f"unknown {kind} {name!r}: choose one of {', '.join(sorted(allowed))}"
                           + (f" {extra}" if extra else ""))
 
 
-def check_integer(name: str, value, minimum: int = 1) -> int:
-    """``value`` as an int if it is an integer (not a bool) of at least ``minimum``, else a
-    :class:`BarterError` ("a positive integer" for the default minimum of 1)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        allowed = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+def check_integer(name: str, value, minimum: int = 1, maximum: int | None = None) -> int:
+    """``value`` as an int if it is an integer (not a bool) of at least ``minimum`` (and at
+    most ``maximum``), else a :class:`BarterError` ("a positive integer" for the default
+    minimum of 1)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum or \
+            (maximum is not None and value > maximum):
+        allowed = (f"an integer in [{minimum}, {maximum}]" if maximum is not None else
+                   "a positive integer" if minimum == 1 else f"an integer >= {minimum}")
         raise BarterError(f"{name} must be {allowed}, got {value!r}")
     return int(value)
+
+
+#: the largest seed every generator accepts (NumPy's are 32-bit)
+MAX_SEED = 2**32 - 1
+
+
+def check_seed(name: str, value) -> int:
+    """``value`` as an int if it is a seed every random generator accepts, in [0, 2**32 - 1]."""
+    return check_integer(name, value, minimum=0, maximum=MAX_SEED)
+
+
+def check_list(name: str, value, what: str) -> list:
+    """``value`` as a list if it is a list or tuple (a notebook parameter such as ``seeds``),
+    else a :class:`BarterError`: a bare number or string would otherwise be iterated
+    digit by digit or fail with a ``TypeError``."""
+    if not isinstance(value, (list, tuple)):
+        raise BarterError(f"{name} must be a list of {what}, got {value!r}")
+    return list(value)
 
 
 def check_in_range(name: str, value, low: float, high: float, *, low_open: bool = False,

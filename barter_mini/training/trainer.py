@@ -93,10 +93,24 @@ class RunConfig:
     overrides: dict = field(default_factory=dict)
 
     def validate(self) -> "RunConfig":
-        """A checked, normalised copy: the density a method always trains at (dense: 1) applied."""
+        """A checked, normalised copy: the density a method always trains at (dense: 1) applied.
+
+        Every value is checked here, before any data is loaded or any step is taken, so a bad
+        one is a one-line error at once rather than after minutes of work."""
+        # imported here: the names this check needs from the layers below live beside their data
+        from ..errors import check_seed
+        from .data import DATASETS
+        from .recipes import RECIPE_NAMES
+
         method = get_method(self.method)
-        get_model_config(self.model)
+        config = get_model_config(self.model)
+        check_density(self.density)          # even where the method overrides it: nan is never meant
         density = check_density(method.fixed_density or self.density)
+        if not method.full_width:
+            compute_budget(config, density)  # refuses a density too small to keep a head per layer
+        choose("dataset", self.dataset, DATASETS)
+        choose("recipe", self.recipe, RECIPE_NAMES)
+        check_seed("seed", self.seed)
         choose("start", self.start, STARTS)
         if (self.start != "even" or self.allocation is not None) and method.full_width:
             what = f"start {self.start!r}" if self.start != "even" else "a given allocation"
@@ -112,10 +126,22 @@ class RunConfig:
         if self.init is not None and not Path(self.init).is_file():
             raise BarterError(f"--init {self.init}: no such file; give a dense run's best.pt or last.pt "
                               "(or a timm checkpoint file with --model timm:ARCH)")
-        if self.epochs is not None:
-            check_integer("epochs", self.epochs)
+        for name in ("epochs", "batch_size", "train_subset", "delta_t"):
+            if getattr(self, name) is not None:
+                check_integer(name, getattr(self, name))
+        if self.lr is not None:
+            check_in_range("lr", self.lr, 0.0, math.inf, low_open=True)
+        if self.transfer_multiplier is not None:
+            check_in_range("transfer_multiplier", self.transfer_multiplier, 0.0, math.inf, low_open=True)
         if self.img_size is not None:
-            check_integer("img_size", self.img_size)
+            # larger images outgrow memory in the first forward pass (attention over every patch)
+            check_integer("img_size", self.img_size, maximum=512)
+        if self.classes is not None and (
+                not isinstance(self.classes, (list, tuple)) or len(set(self.classes)) < 2
+                or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in self.classes)):
+            raise BarterError(f"classes must be at least two distinct class indices >= 0, got {self.classes!r}")
+        if self.data_root is not None and Path(self.data_root).exists() and not Path(self.data_root).is_dir():
+            raise BarterError(f"data root {self.data_root} is a file: give the folder that holds the datasets")
         if self.pflops is not None:
             check_in_range("pflops", self.pflops, 0.0, math.inf, low_open=True)
             if self.epochs is not None:
