@@ -74,7 +74,7 @@ def cmd_train(args) -> int:
                     start=args.start, init=args.init, pflops=pflops, classes=args.classes, img_size=args.img_size,
                     data_root=args.data_root, download=args.download,
                     device=args.device, progress=not args.no_progress)
-    metrics = train(run, args.out)
+    metrics = train(run, args.out, resume=args.resume, checkpoint_every=args.checkpoint_every)
     if metrics["mask"]:
         changes = (f"masked density {metrics['mask']['density']:.4f} after "
                    f"{metrics['mask']['updates']} mask updates")
@@ -224,6 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--out", required=True, help="run folder for best.pt, last.pt and metrics.json")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its last.pt exactly (a finished run is not retrained)")
+    p.add_argument("--checkpoint-every", type=_positive_int, metavar="N",
+                   help="also write last.pt every N optimizer steps (it is always written every epoch and "
+                        "on SIGTERM/SIGINT)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("export", help="write a trained run's model in its smallest dense form")
@@ -279,6 +284,13 @@ def main(argv: list[str] | None = None) -> int:
     except BarterError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except Exception as error:
+        from .training.trainer import TrainingInterrupted
+
+        if not isinstance(error, TrainingInterrupted):
+            raise
+        print(f"interrupted: {error}", file=sys.stderr)
+        return 128 + error.signum          # the shell's status for a process ended by that signal
 
 
 if __name__ == "__main__":

@@ -14,6 +14,19 @@ class BarterError(ValueError):
     """Bad input: the message is one line and says what is allowed."""
 
 
+class TrainingInterrupted(Exception):
+    """SIGTERM or SIGINT stopped a training run after it wrote its ``last.pt`` at the end of
+    step ``step``; the same command with ``--resume`` continues it. The command line exits
+    with ``128 + signum``, the status a shell gives a process ended by that signal."""
+
+    def __init__(self, signum: int, step: int, checkpoint):
+        import signal
+
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint
+        super().__init__(f"{signal.Signals(signum).name} at step {step}: {checkpoint} written; "
+                         "continue with the same command and --resume")
+
+
 def choose(kind: str, name: str, allowed, extra: str = "") -> None:
     """Raise a :class:`BarterError` unless ``name`` is one of ``allowed`` (``extra`` names
     what else is allowed)."""

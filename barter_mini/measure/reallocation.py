@@ -209,7 +209,7 @@ def probe_run(run: RunConfig, images: int = 1000, later: tuple[int, ...] = LATER
     t = build_training(run)
     every = t.recipe.barter.delta_t
     t.controller = ProbedController(t.controller, t.model, probe_batches(t, images), every, later)
-    for epoch in range(1, t.recipe.epochs + 1):
-        fit_one_epoch(t, epoch)
+    while t.epoch <= t.recipe.epochs:
+        fit_one_epoch(t)
     return {"method": run.method, "seed": run.seed, "density": t.run.density, "history": t.history,
             "val_acc": t.history[-1]["val_acc"], **t.controller.metrics()}

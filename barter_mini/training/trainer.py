@@ -22,8 +22,11 @@ from __future__ import annotations
 
 import math
 import random
+import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -229,13 +232,35 @@ class Training:
     window: list = field(default_factory=list)
     #: the training loss of every step so far (for the windows around updates)
     step_losses: list = field(default_factory=list)
+    #: the epoch in progress or next to start (1-based), the batches of it already trained,
+    #: their losses, and the training loader's generator state at its start
+    epoch: int = 1
+    batches_done: int = 0
+    epoch_losses: list = field(default_factory=list)
+    epoch_loader_state: torch.Tensor | None = None
+    #: the last completed epoch's validation scores
+    last_val: dict | None = None
 
-    def checkpoint(self, epoch: int, val: dict) -> dict:
+    def checkpoint(self) -> dict:
+        """The model and everything needed to continue exactly from here (:func:`resume_training`)."""
         return {"format": CHECKPOINT_FORMAT, "version": __version__, "run": asdict(self.run),
                 "recipe": asdict(self.recipe), "model_config": asdict(self.config),
                 "allocation": allocation_of(self.model).as_dict(), "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "controller": self.controller.state_dict(),
-                "epoch": epoch, "step": self.step, "val": val}
+                "epoch": self.epoch - 1, "step": self.step, "val": self.last_val,
+                "resume": self.resume_state()}
+
+    def resume_state(self) -> dict:
+        """The trainer's side of an exact resume: position in the data, RNGs, LR schedule, records."""
+        return {"epoch": self.epoch, "batches_done": self.batches_done, "epoch_losses": list(self.epoch_losses),
+                "epoch_loader_state": self.epoch_loader_state, "total_steps": self.total_steps,
+                "epochs": self.recipe.epochs, "scheduler": self.scheduler.state_dict(),
+                "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+                "best_acc": self.best_acc, "history": list(self.history), "curve": list(self.curve),
+                "window": list(self.window), "step_losses": list(self.step_losses),
+                "train_gflops": self.train_gflops, "update_seconds": self.update_seconds,
+                "elapsed_s": time.perf_counter() - self.started}
 
 
 def steps_for_compute(pflops: float, gflops_per_image: float, batch_size: int) -> int:
@@ -270,8 +295,10 @@ def start_allocation(run: RunConfig, config: ModelConfig) -> Allocation:
     return given
 
 
-def build_training(run: RunConfig) -> Training:
-    """Data, model, optimizer, LR schedule and the method's controller of ``run``."""
+def build_training(run: RunConfig, checkpoint: dict | None = None) -> Training:
+    """Data, model, optimizer, LR schedule and the method's controller of ``run``; from a
+    ``last.pt`` ``checkpoint`` of the same run, everything as it was when it was written
+    (:func:`resume_training`)."""
     run = run.validate()
     device = resolve_device(run.device)
     seed_everything(run.seed)
@@ -288,8 +315,12 @@ def build_training(run: RunConfig) -> Training:
     config = base_config.for_data(info.img_size, info.in_chans, info.num_classes)
 
     method = get_method(run.method)
-    allocation = None if method.full_width else start_allocation(run, config)
-    if run.init is None:
+    if checkpoint is not None:        # the tensors as they were; their values are loaded below
+        allocation = None if method.full_width else Allocation(
+            **{kind: tuple(widths) for kind, widths in checkpoint["allocation"].items()})
+    else:
+        allocation = None if method.full_width else start_allocation(run, config)
+    if run.init is None or checkpoint is not None:
         model = build_model(config, method.model_density(run.density), allocation,
                             drop_path=recipe.drop_path).to(device)
     else:
@@ -302,7 +333,10 @@ def build_training(run: RunConfig) -> Training:
                   file=sys.stderr)
     optimizer = make_optimizer(model, recipe)
     gflops = training_gflops_per_image(model)
-    if run.pflops is None:
+    if checkpoint is not None:        # a compute budget fixed the length when the run started
+        total_steps = checkpoint["resume"]["total_steps"]
+        recipe = replace(recipe, epochs=checkpoint["resume"]["epochs"])
+    elif run.pflops is None:
         total_steps = recipe.epochs * len(loaders[0])
     else:
         total_steps = steps_for_compute(run.pflops, gflops, recipe.batch_size)
@@ -314,18 +348,59 @@ def build_training(run: RunConfig) -> Training:
     controller = method.build(MethodSetup(model, optimizer, run.density, total_steps, recipe, run.seed,
                                           from_trained=run.init is not None))
     criterion = nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
-    return Training(run, recipe, config, device, model, optimizer, scheduler, controller, criterion,
-                    loaders, total_steps, started=time.perf_counter(), gflops_per_image=gflops)
+    t = Training(run, recipe, config, device, model, optimizer, scheduler, controller, criterion,
+                 loaders, total_steps, started=time.perf_counter(), gflops_per_image=gflops)
+    if checkpoint is not None:
+        resume_training(t, checkpoint)
+    return t
 
 
-def fit_one_epoch(t: Training, epoch: int) -> dict:
-    """Train one epoch, the method's controller around every optimizer step; return its
-    history entry (train loss, validation scores, LR, elapsed time)."""
+def resume_training(t: Training, checkpoint: dict) -> None:
+    """Put a freshly built run (tensors already of the checkpoint's sizes) back where
+    ``checkpoint`` left it: weights, optimizer moments (its parameter groups already point at
+    this model's tensors), LR schedule, the controller's statistics, masks, RNGs and counts,
+    the trainer's records, its position in the epoch and every random generator.
+
+    The global RNGs are restored last: building the model drew from them."""
+    state = checkpoint["resume"]
+    t.model.load_state_dict(checkpoint["model"])
+    t.optimizer.load_state_dict(checkpoint["optimizer"])
+    t.scheduler.load_state_dict(state["scheduler"])
+    t.controller.load_state_dict(checkpoint["controller"])
+    t.step, t.epoch, t.batches_done = checkpoint["step"], state["epoch"], state["batches_done"]
+    t.epoch_losses, t.epoch_loader_state = list(state["epoch_losses"]), state["epoch_loader_state"]
+    t.last_val, t.best_acc = checkpoint["val"], state["best_acc"]
+    t.history, t.curve, t.window = list(state["history"]), list(state["curve"]), list(state["window"])
+    t.step_losses, t.train_gflops = list(state["step_losses"]), state["train_gflops"]
+    t.update_seconds = state["update_seconds"]
+    t.started = time.perf_counter() - state["elapsed_s"]
+    t.gflops_per_image = training_gflops_per_image(t.model)
+    if t.epoch_loader_state is not None and t.batches_done == 0:
+        t.loaders[0].generator.set_state(t.epoch_loader_state)   # the next epoch's shuffle
+    rng = state["rng"]
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def fit_one_epoch(t: Training, after_each_step=None) -> dict:
+    """Train the rest of epoch ``t.epoch`` (all of it unless resumed inside it), the method's
+    controller around every optimizer step and ``after_each_step(t)`` after it (checkpoints,
+    interruptions); return the epoch's history entry (train loss, validation scores, LR,
+    elapsed time) and move ``t`` to the next epoch."""
     t.model.train()
-    losses = []
-    bar = tqdm(t.loaders[0], desc=f"{t.run.method} epoch {epoch}/{t.recipe.epochs}",
+    loader, epoch = t.loaders[0], t.epoch
+    if t.batches_done == 0:
+        t.epoch_loader_state, t.epoch_losses = loader.generator.get_state(), []
+    else:                             # resumed inside the epoch: the same shuffle, its first batches passed over
+        loader.generator.set_state(t.epoch_loader_state)
+        loader.batch_sampler.skip = t.batches_done
+    losses = t.epoch_losses
+    bar = tqdm(loader, desc=f"{t.run.method} epoch {epoch}/{t.recipe.epochs}", initial=t.batches_done,
                disable=(None if t.run.progress is None else not t.run.progress), leave=False)
-    for x, y in bar:
+    for x, y in ([] if t.step >= t.total_steps else bar):
         x, y = x.to(t.device, non_blocking=True), y.to(t.device, non_blocking=True)
         t.optimizer.zero_grad(set_to_none=True)
         logits = t.model(x)
@@ -352,22 +427,30 @@ def fit_one_epoch(t: Training, epoch: int) -> dict:
                             "train_acc": float(np.mean([a for _, a in t.window]))})
             t.window.clear()
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        t.batches_done += 1
+        if after_each_step is not None:
+            after_each_step(t)
         if t.step >= t.total_steps:          # a compute budget can end inside an epoch
             break
+    bar.close()
     val = evaluate(t.model, t.loaders[1], t.device)
     entry = {"epoch": epoch, "step": t.step, "train_loss": float(np.mean(losses)),
              "val_acc": val["acc"], "val_macro_f1": val["macro_f1"],
              "lr": t.optimizer.param_groups[0]["lr"], "elapsed_s": time.perf_counter() - t.started}
     t.history.append(entry)
+    t.last_val = {"acc": val["acc"], "macro_f1": val["macro_f1"]}
+    t.epoch, t.batches_done, t.epoch_losses = epoch + 1, 0, []
+    t.epoch_loader_state = loader.generator.get_state()        # where the next epoch's shuffle starts
     return entry
 
 
-def save_epoch(t: Training, out: Path, epoch: int) -> None:
+def save_epoch(t: Training, out: Path) -> None:
     """``last.pt`` after every epoch, ``best.pt`` when validation Top-1 improved."""
-    val = {"acc": t.history[-1]["val_acc"], "macro_f1": t.history[-1]["val_macro_f1"]}
-    state = t.checkpoint(epoch, val)
-    if val["acc"] > t.best_acc:
-        t.best_acc = val["acc"]
+    improved = t.last_val["acc"] > t.best_acc
+    if improved:
+        t.best_acc = t.last_val["acc"]
+    state = t.checkpoint()
+    if improved:
         save_checkpoint(out / "best.pt", state)
     save_checkpoint(out / "last.pt", state)
 
@@ -407,11 +490,103 @@ def finalize(t: Training, out: Path) -> dict:
     return metrics
 
 
-def train(run: RunConfig, out: str | Path) -> dict:
-    """Train one run into the folder ``out`` and return its metrics (also in metrics.json)."""
+class TrainingInterrupted(Exception):
+    """SIGTERM or SIGINT arrived: ``last.pt`` was written at the end of step ``step``, and the
+    run continues from there with ``barter-mini train ... --resume``."""
+
+    def __init__(self, signum: int, step: int, checkpoint: Path):
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint
+        super().__init__(f"{signal.Signals(signum).name} at step {step}: {checkpoint} written; "
+                         "continue with the same command and --resume")
+
+
+#: the settings a resumed run may change: where data lives, the device, the progress bar
+NOT_COMPARED_ON_RESUME = ("progress", "data_root", "download", "device")
+
+
+def settings_differing(saved: dict, run: RunConfig) -> list[str]:
+    """The settings of ``run`` (validated) that differ from a run folder's ``saved`` ones."""
+    now = asdict(run.validate())
+    return sorted(key for key in set(now) | set(saved)
+                  if key not in NOT_COMPARED_ON_RESUME and _comparable(saved.get(key)) != _comparable(now.get(key)))
+
+
+def _comparable(value):
+    return list(value) if isinstance(value, tuple) else value     # JSON and checkpoints keep tuples as lists
+
+
+def resume_point(out: Path, run: RunConfig) -> tuple[dict | None, dict | None]:
+    """(metrics of a finished run, ``last.pt`` of an unfinished one) in the folder ``out``;
+    both None when it holds no run. A folder of another configuration is refused."""
+    if (out / "metrics.json").is_file():
+        metrics = read_json(out / "metrics.json")
+        _check_same_run(out / "metrics.json", metrics.get("run", {}), run)
+        return metrics, None
+    if (out / "last.pt").is_file():
+        checkpoint = load_checkpoint(out / "last.pt")
+        if "resume" not in checkpoint:
+            raise BarterError(f"{out / 'last.pt'} was written by a version that could not resume: "
+                              "retrain without --resume")
+        _check_same_run(out / "last.pt", checkpoint["run"], run)
+        return None, checkpoint
+    return None, None
+
+
+def _check_same_run(path: Path, saved: dict, run: RunConfig) -> None:
+    differing = settings_differing(saved, run)
+    if differing:
+        shown = ", ".join(f"{key} {saved.get(key)!r} there, {asdict(run.validate()).get(key)!r} here"
+                          for key in differing)
+        raise BarterError(f"{path} is a run of other settings ({shown}): "
+                          "give the same settings to resume it, or another --out")
+
+
+@contextmanager
+def interruptible():
+    """SIGTERM (Slurm preemption, ``kill``) and SIGINT (Ctrl-C) set a flag instead of killing
+    the process, so the trainer can write ``last.pt`` at the end of the step in progress.
+    Yields the list the handler appends the signal number to; restores the old handlers.
+    Outside the main thread, where Python cannot install handlers, signals act as before."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = {signum: signal.signal(signum, lambda signum, frame: received.append(signum))
+                for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield received
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def train(run: RunConfig, out: str | Path, resume: bool = False, checkpoint_every: int | None = None) -> dict:
+    """Train one run into the folder ``out`` and return its metrics (also in metrics.json).
+
+    ``last.pt`` is written after every epoch, every ``checkpoint_every`` optimizer steps, and
+    when SIGTERM or SIGINT arrives (then :class:`TrainingInterrupted` is raised). With
+    ``resume``, a finished run in ``out`` is returned as it is and an unfinished one continues
+    from its ``last.pt`` exactly where it stopped: on the same CPU, thread count and data, the
+    weights and metrics (all but wall times) are bitwise those of an uninterrupted run.
+    """
     out = check_can_create(Path(out))      # before training: a bad --out fails at once
-    t = build_training(run)
-    for epoch in range(1, t.recipe.epochs + 1):
-        fit_one_epoch(t, epoch)
-        save_epoch(t, out, epoch)
-    return finalize(t, out)
+    if checkpoint_every is not None:
+        checkpoint_every = check_integer("checkpoint_every", checkpoint_every)
+    checkpoint = None
+    if resume:
+        finished, checkpoint = resume_point(out, run)
+        if finished is not None:
+            return finished
+    t = build_training(run, checkpoint)
+    with interruptible() as received:
+        def after_each_step(t: Training) -> None:
+            if received:
+                save_checkpoint(out / "last.pt", t.checkpoint())
+                raise TrainingInterrupted(received[0], t.step, out / "last.pt")
+            if checkpoint_every is not None and t.step % checkpoint_every == 0:
+                save_checkpoint(out / "last.pt", t.checkpoint())
+
+        while t.epoch <= t.recipe.epochs:
+            fit_one_epoch(t, after_each_step)
+            save_epoch(t, out)
+        return finalize(t, out)
