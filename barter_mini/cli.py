@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
-from .errors import BarterError, check_integer
+from .errors import BarterError, TrainingInterrupted, check_integer
 
 
 def _describe(args) -> dict:
@@ -75,6 +76,8 @@ def cmd_train(args) -> int:
                     data_root=args.data_root, download=args.download,
                     device=args.device, progress=not args.no_progress)
     metrics = train(run, args.out, resume=args.resume, checkpoint_every=args.checkpoint_every)
+    if os.environ.get("RANK", "0") != "0":      # under torchrun, rank 0 alone reports
+        return 0
     if metrics["mask"]:
         changes = (f"masked density {metrics['mask']['density']:.4f} after "
                    f"{metrics['mask']['updates']} mask updates")
@@ -284,13 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     except BarterError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except Exception as error:
-        from .training.trainer import TrainingInterrupted
-
-        if not isinstance(error, TrainingInterrupted):
-            raise
+    except TrainingInterrupted as error:
         print(f"interrupted: {error}", file=sys.stderr)
-        return 128 + error.signum          # the shell's status for a process ended by that signal
+        return 128 + error.signum
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..errors import BarterError, check_in_range, check_integer, choose
+from . import distributed
 from .budgets import Budget
 from .method import MethodController
 from .unit_statistics import PRUNING_SCORES, RECEIVER_RULES, LayerStatistics, UnitStatistics
@@ -401,15 +402,22 @@ class BarterController(MethodController):
         allocation = allocation_of(model)
         self.budget = Budget(heads=sum(allocation.heads), ffn=sum(allocation.ffn))
         self.schedule = TransferSchedule(total_steps, self.budget, settings)   # validates settings
-        self.statistics = UnitStatistics(model, beta=settings.stats_beta, pruning_score=settings.pruning_score)
+        #: in a data-parallel run, statistics of the averaged gradients, decisions checked on every rank
+        self.distributed = distributed.is_distributed()
+        self.statistics = UnitStatistics(model, beta=settings.stats_beta, pruning_score=settings.pruning_score,
+                                         in_backward=not self.distributed)
         self.rng = np.random.default_rng(seed)
         self.generator = torch.Generator().manual_seed(seed)
         self.executed = {kind: 0 for kind in UNIT_KINDS}
         self.history: list[dict] = [{"step": 0, **allocation.as_dict()}]
         self.warmup = (UpdateWarmup(optimizer, settings.clone_warmup_steps)
                        if settings.clone_moments == "warmup" else None)
+        #: updates after which every process was checked to hold the same widths
+        self.rank_checks = 0
 
     def before_step(self) -> None:
+        if self.distributed:
+            self.statistics.observe()       # DDP has averaged the gradients: the whole batch's
         if self.warmup is not None:
             self.warmup.before_step()
 
@@ -419,6 +427,8 @@ class BarterController(MethodController):
         ks = self.schedule.transfers_at(step)
         if not any(ks.values()):
             return None
+        # equal on every rank up to the last bit in principle; rank 0's copy makes it so
+        distributed.broadcast_(self.statistics.tensors())
         records = topology_update(self.model, ks, self.statistics, self.optimizer,
                                   self.settings, self.rng, self.generator)
         for kind, record in records.items():
@@ -426,6 +436,9 @@ class BarterController(MethodController):
         self.history.append({"step": step, **allocation_of(self.model).as_dict(),
                              "transfers": {k: asdict(r) | {"executed": r.executed}
                                            for k, r in records.items()}})
+        if self.distributed:
+            distributed.check_same_on_every_rank("per-layer widths and transfers", self.history[-1], step)
+            self.rank_checks += 1
         return records
 
     def update_steps(self) -> list[int]:
@@ -435,12 +448,13 @@ class BarterController(MethodController):
 
     def metrics(self) -> dict:
         return {**super().metrics(), "transfers_planned": self.schedule.planned_totals(),
-                "transfers_executed": dict(self.executed), "allocation_history": self.history}
+                "transfers_executed": dict(self.executed), "allocation_history": self.history,
+                "rank_checks": self.rank_checks}
 
     def state_dict(self) -> dict:
         return {"statistics": self.statistics.state_dict(), "rng": self.rng.bit_generator.state,
                 "generator": self.generator.get_state(), "executed": dict(self.executed),
-                "history": list(self.history)}
+                "history": list(self.history), "rank_checks": self.rank_checks}
 
     def load_state_dict(self, state: dict) -> None:
         self.statistics.load_state_dict(state["statistics"])
@@ -448,3 +462,4 @@ class BarterController(MethodController):
         self.generator.set_state(state["generator"])
         self.executed = dict(state["executed"])
         self.history = list(state["history"])
+        self.rank_checks = state["rank_checks"]

@@ -10,7 +10,9 @@ the same :class:`MethodController`::
     step += 1
     controller.after_step(step)  # on schedule: change the topology or the masks
 
-and reports through ``metrics()`` (what it adds to ``metrics.json``), saves and restores
+and reports through ``metrics()`` (what it adds to ``metrics.json``; ``rank_checks`` counts the
+updates after which a data-parallel run checked that every process holds the same topology
+or masks, :mod:`~barter_mini.core.distributed`), saves and restores
 itself with ``state_dict()`` / ``load_state_dict()`` (everything it needs to continue: its
 statistics, masks, random generators and counts; the step number comes from the caller),
 and says how a trained model of the method is exported in its smallest dense form
@@ -53,7 +55,7 @@ class MethodController:
     def metrics(self) -> dict:
         """The metrics.json entries of the method's topology or mask changes."""
         return {"transfers_planned": dict(NO_TRANSFERS), "transfers_executed": dict(NO_TRANSFERS),
-                "allocation_history": [], "mask": None}
+                "allocation_history": [], "mask": None, "rank_checks": 0}
 
     def state_dict(self) -> dict:
         """Everything the controller needs to continue exactly (tensors on the CPU)."""

@@ -152,16 +152,22 @@ class UnitStatistics:
 
     ``layers[kind][l]`` is the :class:`LayerStatistics` of layer ``l``. Call :meth:`attach`
     again after a surgery replaced parameters (``barter.topology_update`` does).
+
+    With ``in_backward=False`` no hook is registered and :meth:`observe` reads the gradients
+    once ``backward`` is over: in a data-parallel run a hook would see this process's share
+    of the batch, while after ``backward`` DDP has averaged the gradients over all of them.
     """
 
     model: nn.Module
     beta: float = 0.9
     pruning_score: str = "taylor-squared"
     enabled: bool = True
+    in_backward: bool = True
     layers: dict[str, list[LayerStatistics]] = field(default_factory=dict)
     #: wall time spent inside the hooks (host time: on a GPU it excludes queued kernels)
     hook_seconds: float = 0.0
     _handles: list = field(default_factory=list)
+    _observers: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         choose("pruning_score", self.pruning_score, PRUNING_SCORES)
@@ -180,14 +186,27 @@ class UnitStatistics:
                     if spec.name != "weight":
                         continue
                     hook = self._importance_hook if spec.role == "out" else self._pressure_hook
-                    self._handles.append(spec.tensor.register_post_accumulate_grad_hook(
-                        partial(self._timed, hook, kind=kind, layer=layer, blocks=spec.blocks,
-                                width=spec.width, axis=spec.axis)))
+                    observer = partial(self._timed, hook, kind=kind, layer=layer, blocks=spec.blocks,
+                                       width=spec.width, axis=spec.axis)
+                    self._observers.append((spec.tensor, observer))
+                    if self.in_backward:
+                        self._handles.append(spec.tensor.register_post_accumulate_grad_hook(observer))
 
     def detach(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        self._observers.clear()
+
+    def observe(self) -> None:
+        """Fold the gradients the parameters hold now into the statistics (``in_backward=False``)."""
+        for param, observer in self._observers:
+            observer(param)
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every statistics tensor, in a fixed order (what a data-parallel run synchronizes)."""
+        return [t for layer_stats in self.layers.values() for s in layer_stats
+                for t in (s.importance, s.pressure, s.age)]
 
     def _timed(self, hook, param, **where) -> None:
         start = time.perf_counter()

@@ -62,6 +62,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from ..core import distributed
 from ..core.budgets import check_density
 from ..core.method import MethodController
 from ..core.warmup import UpdateWarmup, start_warmup
@@ -192,6 +193,8 @@ class MaskedDST(MethodController):
         self.schedule = self._make_schedule()
         self.step = 0                 # optimizer steps seen by after_step
         self.history: list[dict] = []
+        #: updates after which every process of a data-parallel run was checked to hold the same masks
+        self.rank_checks = 0
         self._dense_grads: dict[str, torch.Tensor] = {}
         self.warmup = (UpdateWarmup(optimizer, self.settings.regrow_warmup_steps)
                        if self.settings.regrow_moments == "warmup" else None)
@@ -299,6 +302,9 @@ class MaskedDST(MethodController):
                   "grown": {n: int((m & ~old[n]).sum()) for n, m in self._masks.items()},
                   **self._record_extra(old), "density": self.density()}
         self.history.append(record)
+        if distributed.is_distributed():    # decided from DDP's averaged gradients: the same everywhere
+            distributed.check_same_on_every_rank("masks", self._masks, step)
+            self.rank_checks += 1
         return record
 
     def _zero_state(self, param: nn.Parameter, keep: torch.Tensor) -> None:
@@ -331,12 +337,13 @@ class MaskedDST(MethodController):
         return list(self.schedule.update_steps)
 
     def metrics(self) -> dict:
-        return {**super().metrics(), "mask": {**self.summary(), "history": self.history}}
+        return {**super().metrics(), "mask": {**self.summary(), "history": self.history},
+                "rank_checks": self.rank_checks}
 
     def state_dict(self) -> dict:
         return {"masks": {name: m.cpu() for name, m in self._masks.items()}, "step": self.step,
                 "history": list(self.history), "generator": self.generator.get_state(),
-                **self._extra_state()}
+                "rank_checks": self.rank_checks, **self._extra_state()}
 
     def load_state_dict(self, state: dict) -> None:
         if set(state["masks"]) != set(self._masks):
@@ -344,6 +351,7 @@ class MaskedDST(MethodController):
                               f"{sorted(set(state['masks']) ^ set(self._masks))}")
         self._masks = {name: state["masks"][name].to(m.device) for name, m in self._masks.items()}
         self.step, self.history = int(state["step"]), list(state["history"])
+        self.rank_checks = state["rank_checks"]
         self.generator.set_state(state["generator"])
         self._load_extra_state(state)
 

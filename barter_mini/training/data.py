@@ -624,7 +624,8 @@ def make_loaders(
     batch order is reproducible and independent of the global RNG; it drops the last partial
     batch only when at least one full batch exists (a tiny ``train_subset`` still trains).
     Its batches are :class:`GlobalBatchSampler`'s: ``batch_size`` is the global batch, of
-    which process ``rank`` of ``world_size`` loads its share.
+    which process ``rank`` of ``world_size`` loads its share; of validation and test it
+    loads every ``world_size``-th image from ``rank`` on, so together they see each once.
     The random crops/flips themselves draw from the global torch RNG when ``num_workers=0``
     (seed it with ``torch.manual_seed``) and from per-worker seeds derived from the loader's
     generator otherwise. Validation and test are not shuffled and keep every item.
@@ -640,6 +641,8 @@ def make_loaders(
     batches = GlobalBatchSampler(RandomSampler(splits.train, generator=generator), batch_size, drop_last,
                                  rank, world_size)
     train = DataLoader(splits.train, batch_sampler=batches, generator=generator, **common)
-    val = DataLoader(splits.val, batch_size=batch_size, shuffle=False, **common)
-    test = DataLoader(splits.test, batch_size=batch_size, shuffle=False, **common)
+    def share(split: Dataset) -> Dataset:       # every process evaluates its own images
+        return split if world_size == 1 else Subset(split, range(rank, len(split), world_size))
+    val = DataLoader(share(splits.val), batch_size=batch_size, shuffle=False, **common)
+    test = DataLoader(share(splits.test), batch_size=batch_size, shuffle=False, **common)
     return train, val, test

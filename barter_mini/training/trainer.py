@@ -39,15 +39,17 @@ from torch.utils.data import Subset
 from tqdm import tqdm
 
 from ..version import __version__
+from ..core import distributed
 from ..core.budgets import STARTS, Allocation, check_allocation, check_density, compute_budget, starting_allocation
 from ..core.configs import ModelConfig, get_model_config
 from ..core.counting import count_parameters, training_gflops_per_image
 from ..core.method import MethodController
 from ..core.models import build_model
 from ..core.surgery import allocation_of
-from ..errors import BarterError, check_in_range, check_integer, choose
+from ..errors import BarterError, TrainingInterrupted, check_in_range, check_integer, choose
 from .checkpoints import (CHECKPOINT_FORMAT, check_can_create, load_checkpoint, model_from_checkpoint, read_json,
                           save_checkpoint, write_json)
+from . import parallel
 from .data import load_dataset, make_loaders
 from .finetune import dense_start
 from .methods import MethodSetup, get_method
@@ -194,11 +196,12 @@ def resolve_recipe(run: RunConfig, family: str) -> Recipe:
 def evaluate(model: nn.Module, loader, device: torch.device) -> dict[str, float]:
     """Top-1 accuracy and macro-F1 (fractions) of ``model`` on ``loader``."""
     model.eval()
-    preds, labels = [], []
+    preds, labels = [torch.zeros(0, dtype=torch.long)], [torch.zeros(0, dtype=torch.long)]
     for x, y in loader:
         preds.append(model(x.to(device)).argmax(dim=1).cpu())
         labels.append(y)
-    pred, true = torch.cat(preds).numpy(), torch.cat(labels).numpy()
+    pred, true = parallel.gather_predictions(torch.cat(preds), torch.cat(labels))   # this process's share
+    pred, true = pred.numpy(), true.numpy()
     return {"acc": float((pred == true).mean()),
             "macro_f1": float(f1_score(true, pred, average="macro", zero_division=0))}
 
@@ -240,6 +243,8 @@ class Training:
     epoch_loader_state: torch.Tensor | None = None
     #: the last completed epoch's validation scores
     last_val: dict | None = None
+    #: what the training step calls: the model, or its DDP replica (training.parallel)
+    forward: nn.Module | None = None
 
     def checkpoint(self) -> dict:
         """The model and everything needed to continue exactly from here (:func:`resume_training`)."""
@@ -255,8 +260,10 @@ class Training:
         return {"epoch": self.epoch, "batches_done": self.batches_done, "epoch_losses": list(self.epoch_losses),
                 "epoch_loader_state": self.epoch_loader_state, "total_steps": self.total_steps,
                 "epochs": self.recipe.epochs, "scheduler": self.scheduler.state_dict(),
-                "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+                # every process's generators: they draw different augmentations
+                "rng": distributed.all_gather(
+                    {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}),
                 "best_acc": self.best_acc, "history": list(self.history), "curve": list(self.curve),
                 "window": list(self.window), "step_losses": list(self.step_losses),
                 "train_gflops": self.train_gflops, "update_seconds": self.update_seconds,
@@ -300,7 +307,7 @@ def build_training(run: RunConfig, checkpoint: dict | None = None) -> Training:
     ``last.pt`` ``checkpoint`` of the same run, everything as it was when it was written
     (:func:`resume_training`)."""
     run = run.validate()
-    device = resolve_device(run.device)
+    device = parallel.process_device(resolve_device(run.device))
     seed_everything(run.seed)
     base_config = get_model_config(run.model)
     recipe = resolve_recipe(run, base_config.family)
@@ -310,7 +317,8 @@ def build_training(run: RunConfig, checkpoint: dict | None = None) -> Training:
     if recipe.eval_subset:
         splits.val = Subset(splits.val, range(min(recipe.eval_subset, len(splits.val))))
         splits.test = Subset(splits.test, range(min(recipe.eval_subset, len(splits.test))))
-    loaders = make_loaders(splits, recipe.batch_size, run.seed)
+    loaders = make_loaders(splits, recipe.batch_size, run.seed, rank=distributed.rank(),
+                           world_size=distributed.world_size())
     info = splits.info
     config = base_config.for_data(info.img_size, info.in_chans, info.num_classes)
 
@@ -352,6 +360,9 @@ def build_training(run: RunConfig, checkpoint: dict | None = None) -> Training:
                  loaders, total_steps, started=time.perf_counter(), gflops_per_image=gflops)
     if checkpoint is not None:
         resume_training(t, checkpoint)
+    elif distributed.is_distributed():   # the model is built: now each process draws its own augmentations
+        torch.manual_seed(int(np.random.SeedSequence([run.seed, distributed.rank()]).generate_state(1)[0]))
+    t.forward = parallel.wrap(t.model, device)
     return t
 
 
@@ -377,7 +388,7 @@ def resume_training(t: Training, checkpoint: dict) -> None:
     t.gflops_per_image = training_gflops_per_image(t.model)
     if t.epoch_loader_state is not None and t.batches_done == 0:
         t.loaders[0].generator.set_state(t.epoch_loader_state)   # the next epoch's shuffle
-    rng = state["rng"]
+    rng = parallel.own_state(state["rng"], "random generators")
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
     torch.set_rng_state(rng["torch"])
@@ -403,14 +414,14 @@ def fit_one_epoch(t: Training, after_each_step=None) -> dict:
     for x, y in ([] if t.step >= t.total_steps else bar):
         x, y = x.to(t.device, non_blocking=True), y.to(t.device, non_blocking=True)
         t.optimizer.zero_grad(set_to_none=True)
-        logits = t.model(x)
+        logits = t.forward(x)
         loss = t.criterion(logits, y)
         loss.backward()
         t.controller.before_step()
         t.optimizer.step()
         t.step += 1
         t.scheduler.step_update(t.step)
-        t.train_gflops += t.gflops_per_image * x.shape[0]
+        t.train_gflops += t.gflops_per_image * x.shape[0] * distributed.world_size()
         started = time.perf_counter()
         changed = t.controller.after_step(t.step) is not None
         if changed:
@@ -419,9 +430,11 @@ def fit_one_epoch(t: Training, after_each_step=None) -> dict:
             t.update_seconds += time.perf_counter() - started
             if not get_method(t.run.method).full_width:
                 t.gflops_per_image = training_gflops_per_image(t.model)  # the tensors changed size
-        losses.append(loss.item())
-        t.step_losses.append(losses[-1])
-        t.window.append((losses[-1], (logits.argmax(dim=1) == y).float().mean().item()))
+                t.forward = parallel.wrap(t.model, t.device)      # DDP's buckets hold the old tensors
+        loss_value, accuracy = parallel.mean_over_processes(loss.item(), (logits.argmax(dim=1) == y).float().mean().item())
+        losses.append(loss_value)
+        t.step_losses.append(loss_value)
+        t.window.append((loss_value, accuracy))
         if t.step % LOG_EVERY == 0:
             t.curve.append({"step": t.step, "train_loss": float(np.mean([l for l, _ in t.window])),
                             "train_acc": float(np.mean([a for _, a in t.window]))})
@@ -451,8 +464,15 @@ def save_epoch(t: Training, out: Path) -> None:
         t.best_acc = t.last_val["acc"]
     state = t.checkpoint()
     if improved:
-        save_checkpoint(out / "best.pt", state)
-    save_checkpoint(out / "last.pt", state)
+        write_checkpoint(out / "best.pt", state)
+    write_checkpoint(out / "last.pt", state)
+
+
+def write_checkpoint(path: Path, state: dict) -> None:
+    """Rank 0 writes (atomically); every process waits until it has."""
+    if distributed.is_main_process():
+        save_checkpoint(path, state)
+    parallel.barrier()
 
 
 def update_losses(step_losses: list[float], updates: list[int], window: int = UPDATE_WINDOW) -> list[dict]:
@@ -483,21 +503,13 @@ def finalize(t: Training, out: Path) -> dict:
         "update_time_s": t.update_seconds, "update_ms_per_step": 1000 * t.update_seconds / max(1, t.step),
         "allocation": best["allocation"], "history": t.history, "curve": t.curve,
         "update_losses": update_losses(t.step_losses, t.controller.update_steps()),
-        **t.controller.metrics(),
+        **t.controller.metrics(), "processes": distributed.world_size(),
         "run": asdict(run), "recipe_settings": asdict(t.recipe),
     }
-    write_json(out / "metrics.json", metrics)
+    if distributed.is_main_process():
+        write_json(out / "metrics.json", metrics)
+    parallel.barrier()
     return metrics
-
-
-class TrainingInterrupted(Exception):
-    """SIGTERM or SIGINT arrived: ``last.pt`` was written at the end of step ``step``, and the
-    run continues from there with ``barter-mini train ... --resume``."""
-
-    def __init__(self, signum: int, step: int, checkpoint: Path):
-        self.signum, self.step, self.checkpoint = signum, step, checkpoint
-        super().__init__(f"{signal.Signals(signum).name} at step {step}: {checkpoint} written; "
-                         "continue with the same command and --resume")
 
 
 #: the settings a resumed run may change: where data lives, the device, the progress bar
@@ -577,14 +589,15 @@ def train(run: RunConfig, out: str | Path, resume: bool = False, checkpoint_ever
         finished, checkpoint = resume_point(out, run)
         if finished is not None:
             return finished
-    t = build_training(run, checkpoint)
-    with interruptible() as received:
+    with parallel.process_group(run.device), interruptible() as received:
+        t = build_training(run, checkpoint)
+
         def after_each_step(t: Training) -> None:
-            if received:
-                save_checkpoint(out / "last.pt", t.checkpoint())
-                raise TrainingInterrupted(received[0], t.step, out / "last.pt")
+            if parallel.any_process(bool(received)):       # every process stops at the same step
+                write_checkpoint(out / "last.pt", t.checkpoint())
+                raise TrainingInterrupted(received[0] if received else signal.SIGTERM, t.step, out / "last.pt")
             if checkpoint_every is not None and t.step % checkpoint_every == 0:
-                save_checkpoint(out / "last.pt", t.checkpoint())
+                write_checkpoint(out / "last.pt", t.checkpoint())
 
         while t.epoch <= t.recipe.epochs:
             fit_one_epoch(t, after_each_step)
