@@ -138,3 +138,22 @@ def test_unknown_pruning_score_is_refused_in_one_line(tiny_config):
     from barter_mini.errors import BarterError
     with pytest.raises(BarterError, match="unknown pruning_score .fisher.: choose one of magnitude, taylor-abs, taylor-squared"):
         UnitStatistics(tiny_model(tiny_config), pruning_score="fisher")
+
+
+@pytest.mark.parametrize("score", ["taylor-squared", "magnitude"])
+def test_statistics_read_after_backward_equal_those_of_the_hooks(tiny_config, score):
+    """A data-parallel run reads the gradients once DDP has averaged them (``in_backward=False``,
+    then ``observe()``); on the same gradients that gives what the hooks give."""
+    hooked_model, read_model = tiny_model(tiny_config), tiny_model(tiny_config)
+    hooked = UnitStatistics(hooked_model, pruning_score=score)
+    read = UnitStatistics(read_model, pruning_score=score, in_backward=False)
+    for step in range(3):
+        x, y = batch(tiny_config, seed=step)
+        for model in (hooked_model, read_model):
+            model.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+        unobserved = [t.clone() for t in read.tensors()]
+        read.observe()
+        assert any(not torch.equal(a, b) for a, b in zip(unobserved, read.tensors()))
+    for a, b in zip(hooked.tensors(), read.tensors()):
+        assert torch.equal(a, b)
