@@ -13,6 +13,12 @@ training compute ``train_pflops``: the sum over steps of the batch size times th
 FLOPs per image (3 x forward) of the tensors as they were at that step. All files are
 written atomically.
 
+A run survives interruption: ``last.pt`` (:meth:`Training.checkpoint`) holds the trainer's
+position inside the epoch, every RNG, the LR schedule and the records beside the model,
+optimizer and controller states, and :func:`train` with ``resume`` continues from it
+exactly (:func:`resume_training`); SIGTERM and SIGINT write it at the end of the step in
+progress. Under ``torchrun`` one run trains on several processes (:mod:`.parallel`).
+
 A run may start from a trained dense model (``init``, :mod:`~barter_mini.training.finetune`),
 keep only some classes (``classes``), and train for a compute budget (``pflops``) instead of
 epochs: :func:`steps_for_compute` steps, over which the LR and update schedules are laid.
