@@ -32,14 +32,18 @@ def test_key_changes_with_configuration_and_version(monkeypatch):
 
 
 def test_failed_run_leaves_no_cache_entry(tmp_path, monkeypatch):
-    def broken(run, out):
+    """Only a complete run gets a cache folder; what an interrupted one leaves is hidden (its
+    partial folder, kept to resume from when it holds a last.pt: tests/test_sweep.py)."""
+    def broken(run, out, **settings):
+        out.mkdir(parents=True)
         (out / "partial.txt").write_text("half")
         raise RuntimeError("interrupted")
 
     monkeypatch.setattr(cache, "train", broken)
     with pytest.raises(RuntimeError):
         cache.cached_train(smoke_run(), tmp_path)
-    assert list(tmp_path.iterdir()) == []
+    assert [p for p in tmp_path.iterdir() if not p.name.startswith(".")] == []
+    assert cache.cached_metrics(smoke_run(), tmp_path) is None
 
 
 def test_digest_follows_the_training_layers_only(tmp_path, monkeypatch):
