@@ -158,6 +158,54 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    import os
+
+    from .training.cache import default_cache_dir
+    from .training.sweep import ExecutorSettings, run_sweep, sweep_grid_stage
+
+    if args.cache_dir:
+        # the jobs (child processes, Slurm jobs) and the book's run listings read it from here
+        os.environ["BARTER_MINI_CACHE"] = str(Path(args.cache_dir).resolve())
+    cache_dir = default_cache_dir().resolve()
+    grid_flags = {"--methods": args.methods, "--densities": args.densities, "--seeds": args.seeds,
+                  "--model": args.model, "--dataset": args.dataset, "--recipe": args.recipe,
+                  "--epochs": args.epochs, "--train-subset": args.train_subset, "--data-root": args.data_root}
+    if args.book:
+        given = [flag for flag, value in grid_flags.items() if value is not None]
+        if given:
+            raise BarterError(f"--book trains the notebooks' own runs: leave out {', '.join(given)}")
+        from .book.grids import book_stages
+
+        stages = book_stages(args.book, args.chapters)
+    else:
+        if args.chapters is not None:
+            raise BarterError("--chapters chooses notebooks of --book PROFILE")
+        if not args.methods:
+            raise BarterError("give the grid's --methods (and --densities, --seeds), or --book PROFILE "
+                              "for the runs the book's notebooks read")
+        stages = sweep_grid_stage(
+            args.methods, args.densities or [0.3], args.seeds or [0], model=args.model or "cct-mini",
+            dataset=args.dataset or "fashion-mnist", recipe=args.recipe or "quick", epochs=args.epochs,
+            train_subset=args.train_subset, data_root=args.data_root, download=args.download, device=args.device)
+    settings = ExecutorSettings(
+        kind=args.executor, logs=Path(args.logs) if args.logs else cache_dir.parent / "sweep-logs",
+        jobs=args.jobs, partition=args.partition,
+        gpus_per_job=args.gpus_per_job if args.gpus_per_job is not None else int(args.executor == "slurm"),
+        cpus_per_job=args.cpus_per_job, time_min=args.time, array_parallelism=args.array_parallelism)
+    report = run_sweep(stages, settings, cache_dir, checkpoint_every=args.checkpoint_every, dry_run=args.dry_run,
+                       log=lambda line: print(line, flush=True))
+    print(report.summary(), flush=True)
+    return 0 if args.dry_run or report.complete else 1
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        return check_integer("the value", int(text), minimum=0)
+    except (ValueError, BarterError):
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+
+
 def _positive_int(text: str) -> int:
     try:
         return check_integer("the value", int(text))
@@ -277,6 +325,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_overhead)
+
+    p = sub.add_parser("sweep", help="train a grid of runs into the run cache through submitit (local or Slurm)",
+                       description="Train every run of a grid (methods x densities x seeds, or --book PROFILE: the "
+                                   "runs the book's notebooks read) into the run cache the notebooks read, one "
+                                   "submitit job per run, each resuming an interrupted attempt. Runs already in "
+                                   "the cache are skipped; a failed run is reported with its log and the others "
+                                   "go on; the exit status is 1 unless every run is in the cache at the end.")
+    grid = p.add_argument_group("the grid")
+    grid.add_argument("--book", metavar="PROFILE",
+                      help="the runs `barter-mini book --profile PROFILE` reads (the notebooks' default parameters)")
+    grid.add_argument("--chapters", type=_comma_list(str, "notebook numbers"),
+                      help="with --book: only these notebooks, e.g. 02,06 (default: all)")
+    grid.add_argument("--methods", type=_comma_list(str, "method names"), help=f"comma-separated, from {', '.join(METHODS)}")
+    grid.add_argument("--densities", type=_comma_list(float, "densities"),
+                      help="comma-separated densities in (0, 1] (default 0.3; dense trains once at 1)")
+    grid.add_argument("--seeds", type=_comma_list(int, "seeds"), help="comma-separated seeds (default 0)")
+    grid.add_argument("--model", help=f"{model_help} (default cct-mini)")
+    grid.add_argument("--dataset", help="fashion-mnist (default), digits, cifar100 or tiny-imagenet")
+    grid.add_argument("--recipe", help=f"one of {', '.join(RECIPE_NAMES)} (default quick)")
+    grid.add_argument("--epochs", type=_positive_int)
+    grid.add_argument("--train-subset", type=_positive_int, help="train on the first N shuffled training images")
+    grid.add_argument("--data-root", help="dataset folder on the machines that train (default: $BARTER_MINI_DATA or ./data)")
+    grid.add_argument("--download", action="store_true", help="let torchvision download a missing dataset")
+    grid.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    jobs = p.add_argument_group("the jobs")
+    jobs.add_argument("--cache-dir", help="the run cache to fill (default: $BARTER_MINI_CACHE or runs/cache)")
+    jobs.add_argument("--executor", default="local", help="local (processes on this machine) or slurm")
+    jobs.add_argument("--jobs", type=_positive_int, default=1, help="local: runs training at once (default 1)")
+    jobs.add_argument("--logs", help="submitit's folder: each job's stdout, stderr and pickles "
+                                     "(default: sweep-logs beside the cache)")
+    jobs.add_argument("--partition", help="slurm: the partition (default: the cluster's)")
+    jobs.add_argument("--gpus-per-job", type=_non_negative_int, help="GPUs per run (default: 1 on Slurm, 0 locally)")
+    jobs.add_argument("--cpus-per-job", type=_positive_int, help="slurm: CPUs per run")
+    jobs.add_argument("--time", type=_positive_int, metavar="MINUTES",
+                      help="each job's time limit; a job that reaches it is requeued and resumes "
+                           "(default: a day on Slurm, a week locally)")
+    jobs.add_argument("--array-parallelism", type=_positive_int, help="slurm: runs of the job array running at once")
+    jobs.add_argument("--checkpoint-every", type=_positive_int, metavar="STEPS",
+                      help="also write last.pt every STEPS optimizer steps (default: every epoch only)")
+    jobs.add_argument("--dry-run", action="store_true", help="list what would be trained; submit nothing")
+    p.set_defaults(func=cmd_sweep)
     return parser
 
 

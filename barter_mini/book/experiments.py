@@ -45,17 +45,22 @@ def _densities_of(method: str, densities) -> list[float]:
     return [fixed] if fixed is not None else list(densities)
 
 
+def grid_runs(setup: Profile, methods, densities, seeds) -> list[RunConfig]:
+    """The runs of :func:`run_grid`, in its order (what ``barter-mini sweep`` trains for it)."""
+    methods = check_methods(methods)
+    return [profile_run(setup, m, d, s) for m in methods for d in _densities_of(m, densities) for s in seeds]
+
+
 def run_grid(setup: Profile, methods, densities, seeds, progress: bool = True) -> pd.DataFrame:
     """Train (or read from the cache) every run of the grid; one row per run.
 
     Columns: method, density, seed, val/test Top-1 and macro-F1 (%), wall time, exported-size
     parameters of the trained model, the final per-layer heads and FFN channels.
     """
-    methods = check_methods(methods)
-    grid = [(m, d, s) for m in methods for d in _densities_of(m, densities) for s in seeds]
     rows = []
-    for method, density, seed in tqdm(grid, desc="runs", disable=not progress):
-        metrics = cached_train(profile_run(setup, method, density, seed))
+    for run in tqdm(grid_runs(setup, methods, densities, seeds), desc="runs", disable=not progress):
+        method, density, seed = run.method, run.density, run.seed
+        metrics = cached_train(run)
         rows.append({"method": method, "density": density, "seed": seed,
                      "val_acc": 100 * metrics["val_acc"], "val_f1": 100 * metrics["val_macro_f1"],
                      "acc": 100 * metrics["test_acc"], "f1": 100 * metrics["test_macro_f1"],

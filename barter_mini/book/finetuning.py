@@ -106,6 +106,20 @@ def finetune_run(setup: Profile, method: str, density: float, seed: int, pflops:
     return run if pflops is None else replace(run, epochs=None, pflops=pflops)
 
 
+def matched_run(setup: Profile, density: float, seed: int) -> RunConfig:
+    """BARTER fine-tuned until the cumulative training PFLOPs of :data:`COMPUTE_REFERENCE` on
+    the same density and seed (Table 11); that run is read from the cache (trained if missing)."""
+    reference = cached_train(finetune_run(setup, COMPUTE_REFERENCE, density, seed))
+    return finetune_run(setup, "barter", density, seed, pflops=reference["train_pflops"])
+
+
+def finetuning_runs(setup: Profile, methods, densities, seeds) -> list[RunConfig]:
+    """The fine-tuning runs of :func:`run_finetuning` after the recipe's epochs, in its order."""
+    methods = check_methods(methods)
+    return [finetune_run(setup, m, d, s) for m in methods
+            for d in ([1.0] if get_method(m).fixed_density else densities) for s in seeds]
+
+
 def _row(method: str, density: float, seed: int, schedule: str, metrics: dict) -> dict:
     steps_per_epoch = metrics["history"][0]["step"]         # the first epoch is always whole
     return {"method": method, "density": density, "seed": seed, "schedule": schedule,
@@ -122,17 +136,12 @@ def run_finetuning(setup: Profile, methods, densities, seeds, matched: bool = Tr
     One row per run: method, density, seed, schedule (recipe epochs or compute-matched),
     epochs trained, cumulative training PFLOPs, validation and test Top-1, test macro-F1 (%).
     """
-    methods = check_methods(methods)
-    grid = [(m, d, s) for m in methods for d in ([1.0] if get_method(m).fixed_density else densities)
-            for s in seeds]
     rows = []
-    for method, density, seed in tqdm(grid, desc="fine-tuning runs", disable=not progress):
-        rows.append(_row(method, density, seed, FULL, cached_train(finetune_run(setup, method, density, seed))))
+    for run in tqdm(finetuning_runs(setup, methods, densities, seeds), desc="fine-tuning runs", disable=not progress):
+        rows.append(_row(run.method, run.density, run.seed, FULL, cached_train(run)))
     if matched:
         for density, seed in [(d, s) for d in densities for s in seeds]:
-            reference = cached_train(finetune_run(setup, COMPUTE_REFERENCE, density, seed))
-            metrics = cached_train(finetune_run(setup, "barter", density, seed, pflops=reference["train_pflops"]))
-            rows.append(_row("barter", density, seed, MATCHED, metrics))
+            rows.append(_row("barter", density, seed, MATCHED, cached_train(matched_run(setup, density, seed))))
     return pd.DataFrame(rows)
 
 

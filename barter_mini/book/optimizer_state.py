@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from ..errors import BarterError
 from ..training.cache import cached_train
+from ..training.trainer import RunConfig
 from .experiments import mean_std, profile_run
 from .profiles import Profile
 from .report import METHOD_PALETTE
@@ -72,6 +73,11 @@ def loss_changes(metrics: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["update", "offset", "change"])
 
 
+def policy_run(setup: Profile, method: str, policy: str, density: float, seed: int) -> RunConfig:
+    """The profile's run of ``method`` with its new units' optimizer state set to ``policy``."""
+    return replace(profile_run(setup, method, density, seed), overrides=dict(POLICIES[method, policy]))
+
+
 def run_policies(setup: Profile, labels, density: float, seeds, progress: bool = True):
     """Train (or read from the cache) every policy on every seed.
 
@@ -82,8 +88,7 @@ def run_policies(setup: Profile, labels, density: float, seeds, progress: bool =
     pairs = check_policies(labels)
     runs, changes = [], []
     for (method, policy), seed in tqdm([(p, s) for p in pairs for s in seeds], desc="runs", disable=not progress):
-        run = replace(profile_run(setup, method, density, seed), overrides=dict(POLICIES[method, policy]))
-        metrics = cached_train(run)
+        metrics = cached_train(policy_run(setup, method, policy, density, seed))
         change = loss_changes(metrics)
         per_offset = change.groupby("offset", as_index=False)["change"].mean()
         spike = per_offset[(per_offset["offset"] >= 1) & (per_offset["offset"] <= SPIKE_STEPS)]["change"].mean()

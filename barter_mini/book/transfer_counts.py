@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from ..errors import BarterError, check_in_range
 from ..training.cache import cached_train
+from ..training.trainer import RunConfig
 from .experiments import mean_std, profile_run, read_paper_table
 from .profiles import Profile
 
@@ -26,16 +27,27 @@ from .profiles import Profile
 MULTIPLIERS = (1.0, 2.0, 4.0, 6.0)
 
 
+def multiplier_run(setup: Profile, multiplier: float, density: float, seed: int) -> RunConfig:
+    """The profile's BARTER run with the paper's transfer counts times ``multiplier``."""
+    return replace(profile_run(setup, "barter", density, seed), transfer_multiplier=float(multiplier))
+
+
+def check_multipliers(multipliers) -> list[float]:
+    """The multipliers as floats, each positive; at least one."""
+    multipliers = [check_in_range("multiplier", float(m), 0.0, float("inf"), low_open=True) for m in multipliers]
+    if not multipliers:
+        raise BarterError("multipliers must list at least one positive number")
+    return multipliers
+
+
 def run_multipliers(setup: Profile, multipliers, density: float, seeds, progress: bool = True) -> pd.DataFrame:
     """One BARTER run per multiplier and seed; one row each: planned and executed head and
     FFN transfers, validation and test Top-1 and test macro-F1 (%), update time (ms per
     training step, s per schedule)."""
-    multipliers = [check_in_range("multiplier", float(m), 0.0, float("inf"), low_open=True) for m in multipliers]
-    if not multipliers:
-        raise BarterError("multipliers must list at least one positive number")
+    multipliers = check_multipliers(multipliers)
     rows = []
     for multiplier, seed in tqdm([(m, s) for m in multipliers for s in seeds], desc="runs", disable=not progress):
-        metrics = cached_train(replace(profile_run(setup, "barter", density, seed), transfer_multiplier=multiplier))
+        metrics = cached_train(multiplier_run(setup, multiplier, density, seed))
         planned, executed = metrics["transfers_planned"], metrics["transfers_executed"]
         rows.append({"multiplier": multiplier, "seed": seed, "heads_planned": planned["heads"],
                      "ffn_planned": planned["ffn"], "head_transfers": executed["heads"],
