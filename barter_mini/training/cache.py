@@ -169,7 +169,7 @@ def sweep_command(run: RunConfig) -> str:
         recipe=run.recipe, epochs=run.epochs, train_subset=run.train_subset,
         data_root=run.data_root, download=run.download, device=run.device, progress=run.progress).validate()
     if not plain:
-        return "barter-mini sweep --book PROFILE (with the notebooks' profile)"
+        return "barter-mini sweep --book PROFILE"
     flags = ["--methods", run.method, "--densities", f"{run.density:g}", "--seeds", str(run.seed),
              "--model", run.model, "--dataset", run.dataset, "--recipe", run.recipe]
     flags += ["--epochs", str(run.epochs)] if run.epochs is not None else []
@@ -202,8 +202,10 @@ def cached_train(run: RunConfig, cache_dir: Path | None = None, train_missing: b
     if cached is not None:
         return cached
     if not (training_allowed() if train_missing is None else train_missing):
+        command = sweep_command(run)
+        book = " (PROFILE: the notebook's profile)" if "--book" in command else ""
         raise BarterError(f"run {target.name} is not in the run cache {target.parent} and {TRAIN_ENV}=0 "
-                          f"forbids training here: train it with `{sweep_command(run)}` "
+                          f"forbids training here: train it with `{command}`{book} "
                           f"(same cache: BARTER_MINI_CACHE={target.parent}), or unset {TRAIN_ENV}")
     target.parent.mkdir(parents=True, exist_ok=True)
     with run_lock(target):

@@ -182,6 +182,8 @@ class SweepReport:
 
     outcomes: list[RunOutcome] = field(default_factory=list)
     stages_not_started: list[str] = field(default_factory=list)
+    #: why those stages did not start
+    not_started_because: str = "they need the failed or busy runs"
 
     def count(self, state: str) -> int:
         return sum(outcome.state == state for outcome in self.outcomes)
@@ -194,7 +196,7 @@ class SweepReport:
     def summary(self) -> str:
         states = list(STATES) + sorted({o.state for o in self.outcomes} - set(STATES))   # a dry run's "to train"
         counts = ", ".join(f"{self.count(state)} {state}" for state in states)
-        waiting = (f"; stages not started (they need the failed or busy runs): {', '.join(self.stages_not_started)}"
+        waiting = (f"; stages not started ({self.not_started_because}): {', '.join(self.stages_not_started)}"
                    if self.stages_not_started else "")
         return f"sweep: {len(self.outcomes)} runs: {counts}{waiting}"
 
@@ -301,6 +303,7 @@ def run_sweep(stages: Sequence[Stage], settings: ExecutorSettings, cache_dir: Pa
                     raise
                 log(f"stage {stage.name}: cannot be listed before the earlier stages are trained ({error})")
                 report.stages_not_started += [s.name for s in stages[index:]]
+                report.not_started_because = "a dry run lists a stage only once the earlier ones are trained"
                 break
         submit, settled = plan_stage(runs, cache_dir, seen)
         log(f"stage {stage.name}: {len(submit)} runs to train, "
