@@ -109,7 +109,7 @@ def lock_path(target: Path) -> Path:
 @contextlib.contextmanager
 def run_lock(target: Path) -> Iterator[None]:
     """Hold the exclusive lock on ``target``'s partial folder, or raise a one-line
-    :class:`BarterError` at once if another process holds it.
+    :class:`~barter_mini.errors.BarterError` at once if another process holds it.
 
     ``fcntl.flock`` on :func:`lock_path`: the kernel releases it when its holder exits, however
     it exits (a SIGKILL included), so a killed run never leaves a stale lock; on NFS, Linux
@@ -192,7 +192,7 @@ def cached_train(run: RunConfig, cache_dir: Path | None = None, train_missing: b
     attempt) and cached.
 
     ``train_missing`` None follows ``$BARTER_MINI_TRAIN`` (:func:`training_allowed`); False
-    turns a missing run into a one-line :class:`BarterError` naming it and the
+    turns a missing run into a one-line :class:`~barter_mini.errors.BarterError` naming it and the
     :func:`sweep_command` that trains it. A run another process is training now is a one-line
     error too (:func:`run_lock`). ``checkpoint_every``: also write ``last.pt`` every that many
     optimizer steps (besides every epoch), so an interrupted run loses at most those steps.

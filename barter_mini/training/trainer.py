@@ -17,7 +17,7 @@ A run survives interruption: ``last.pt`` (:meth:`Training.checkpoint`) holds the
 position inside the epoch, every RNG, the LR schedule and the records beside the model,
 optimizer and controller states, and :func:`train` with ``resume`` continues from it
 exactly (:func:`resume_training`); SIGTERM and SIGINT write it at the end of the step in
-progress. Under ``torchrun`` one run trains on several processes (:mod:`.parallel`).
+progress. Under ``torchrun`` one run trains on several processes (:mod:`~barter_mini.training.parallel`).
 
 A run may start from a trained dense model (``init``, :mod:`~barter_mini.training.finetune`),
 keep only some classes (``classes``), and train for a compute budget (``pflops``) instead of
@@ -582,7 +582,7 @@ def train(run: RunConfig, out: str | Path, resume: bool = False, checkpoint_ever
     """Train one run into the folder ``out`` and return its metrics (also in metrics.json).
 
     ``last.pt`` is written after every epoch, every ``checkpoint_every`` optimizer steps, and
-    when SIGTERM or SIGINT arrives (then :class:`TrainingInterrupted` is raised). With
+    when SIGTERM or SIGINT arrives (then :class:`~barter_mini.errors.TrainingInterrupted` is raised). With
     ``resume``, a finished run in ``out`` is returned as it is and an unfinished one continues
     from its ``last.pt`` exactly where it stopped: on the same CPU, thread count and data, the
     weights and metrics (all but wall times) are bitwise those of an uninterrupted run.
