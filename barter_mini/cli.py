@@ -6,10 +6,9 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
-from .errors import BarterError, TrainingInterrupted, check_integer
+from .errors import MAX_SEED, BarterError, TrainingInterrupted, check_integer, check_seed
 
 
 def _describe(args) -> dict:
@@ -111,11 +110,11 @@ def cmd_data(args) -> int:
 
 
 def cmd_book(args) -> int:
-    from .book.build import build_book
+    from .book.build import format_times, run_book_build
 
-    started = time.perf_counter()
-    index = build_book(args.profile, args.build_dir)
-    print(f"built in {time.perf_counter() - started:.0f} s; open {index}")
+    build = run_book_build(args.profile, args.build_dir)       # progress on stderr
+    print(format_times(build))
+    print(f"built in {build.total_s:.0f} s; open {build.index}")
     return 0
 
 
@@ -213,6 +212,33 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
 
 
+def _seed(text: str) -> int:
+    try:
+        return check_seed("the seed", int(text))
+    except (ValueError, BarterError):
+        raise argparse.ArgumentTypeError(f"expected a seed, an integer in [0, {MAX_SEED}], got {text!r}") from None
+
+
+def _output_file(text: str) -> str:
+    """A file to write at the end of the work: refused at once if it could not be written then."""
+    from .training.checkpoints import check_can_create
+
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder: give a file name")
+    try:
+        check_can_create(path.parent)
+    except BarterError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+def _data_root(text: str) -> str:
+    if Path(text).exists() and not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file: give the folder that holds the datasets")
+    return text
+
+
 def _density(text: str) -> float:
     try:
         return float(text)
@@ -284,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="write a trained run's model in its smallest dense form")
     p.add_argument("run_dir", help="a run folder written by barter-mini train")
-    p.add_argument("--out", required=True, help="file to write (a torch checkpoint)")
+    p.add_argument("--out", required=True, type=_output_file, help="file to write (a torch checkpoint)")
     p.add_argument("--checkpoint", default="best.pt", help="best.pt (default) or last.pt")
     p.set_defaults(func=cmd_export)
 
@@ -295,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("data", help="prepare a dataset (Fashion-MNIST from Debian's package) and print its splits")
     p.add_argument("dataset", nargs="?", default="fashion-mnist")
-    p.add_argument("--data-root", help="dataset folder (default: $BARTER_MINI_DATA or ./data)")
+    p.add_argument("--data-root", type=_data_root, help="dataset folder (default: $BARTER_MINI_DATA or ./data)")
     p.add_argument("--download", action="store_true", help="let torchvision download a missing dataset")
     p.set_defaults(func=cmd_data)
 
@@ -308,13 +334,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated densities in (0, 1] (default: 0.1,0.3,0.5,0.7)")
     p.add_argument("--batch", type=_positive_int, default=32)
     p.add_argument("--steps", type=_positive_int, default=5, help="timed steps per method (after warm-up)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
+    p.add_argument("--warmup", type=_non_negative_int, default=2, help="untimed rounds first")
     p.add_argument("--segment-steps", type=_positive_int, default=3, help="steps of the contiguous segment")
     p.add_argument("--update-samples", type=_positive_int, default=3, help="topology updates timed per method")
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="auto (CUDA when present), cpu or cuda")
+    p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
-    p.add_argument("--out", help="also write the rows as JSON to this file (atomically)")
+    p.add_argument("--out", type=_output_file, help="also write the rows as JSON to this file (atomically)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("overhead", help="time a training step with and without the statistics hooks")
@@ -322,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--density", type=_density, default=0.5)
     p.add_argument("--batch", type=_positive_int, default=32)
     p.add_argument("--steps", type=_positive_int, default=10)
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--warmup", type=_non_negative_int, default=2)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_overhead)
 

@@ -60,12 +60,15 @@ def check_seed(name: str, value) -> int:
     return check_integer(name, value, minimum=0, maximum=MAX_SEED)
 
 
-def check_list(name: str, value, what: str) -> list:
-    """``value`` as a list if it is a list or tuple (a notebook parameter such as ``seeds``),
-    else a :class:`BarterError`: a bare number or string would otherwise be iterated
-    digit by digit or fail with a ``TypeError``."""
+def check_list(name: str, value, what: str, allow_empty: bool = False) -> list:
+    """``value`` as a list if it is a list or tuple (a notebook parameter such as ``seeds``)
+    with at least one item unless ``allow_empty``, else a :class:`BarterError`: a bare number
+    or string would otherwise be iterated digit by digit or fail with a ``TypeError``, and an
+    empty grid would fail only once its tables are drawn."""
     if not isinstance(value, (list, tuple)):
         raise BarterError(f"{name} must be a list of {what}, got {value!r}")
+    if not value and not allow_empty:
+        raise BarterError(f"{name} is empty: list one or more {what}")
     return list(value)
 
 

@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from tqdm import tqdm
 
-from ..errors import BarterError
+from ..errors import BarterError, check_list
 from ..training.cache import cached_train
 from ..training.trainer import RunConfig
 from .experiments import mean_std, profile_run
@@ -50,7 +50,7 @@ def check_policies(labels) -> list[tuple[str, str]]:
     """``"barter/fresh"``-style labels as (method, policy) pairs; a one-line error otherwise."""
     known = [f"{m}/{p}" for m, p in POLICIES]
     pairs = []
-    for label in labels:
+    for label in check_list("policies", labels, "method/policy labels", allow_empty=True):
         if label not in known:
             raise BarterError(f"unknown policy {label!r}: choose from {', '.join(known)}")
         pairs.append(tuple(label.split("/")))

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..core.budgets import check_density
-from ..errors import BarterError, choose
+from ..core.budgets import check_density, compute_budget
+from ..core.configs import get_model_config
+from ..errors import check_list, check_seed, choose
 
 
 @dataclass(frozen=True)
@@ -44,20 +45,31 @@ PROFILES: dict[str, Profile] = {
 DATASET_NAMES = ("fashion-mnist", "digits", "cifar100", "tiny-imagenet")
 
 
-def resolve_profile(profile: str, dataset: str = "default", densities=(), seeds=()) -> Profile:
+#: the default of :func:`resolve_profile`'s list parameters: the notebook has no such parameter
+#: (``None`` is a value a notebook could be given, so it cannot mean this)
+NOT_A_PARAMETER = object()
+
+
+def resolve_profile(profile: str, dataset: str = "default", densities=NOT_A_PARAMETER,
+                    seeds=NOT_A_PARAMETER) -> Profile:
     """Check a notebook's parameters and return its profile, with ``dataset`` applied.
 
-    ``dataset="default"`` keeps the profile's own dataset. Bad values raise the one-line
-    :class:`~barter_mini.errors.BarterError` that papermill shows as the notebook's failure.
+    ``dataset="default"`` keeps the profile's own dataset. ``densities`` and ``seeds``, where
+    given (the notebook has such a parameter), must be non-empty lists (a notebook
+    passes ``[density]`` for one): every density in (0, 1] and large
+    enough to keep a head in every layer of the profile's model, every seed an integer in
+    [0, 2**32 - 1], so that no grid fails after some of its runs have trained. Bad values
+    raise the one-line :class:`~barter_mini.errors.BarterError` that papermill shows as the
+    notebook's failure.
     """
     choose("profile", profile, PROFILES)
     chosen = PROFILES[profile]
     if dataset != "default":
         choose("dataset", dataset, DATASET_NAMES)
         chosen = replace(chosen, dataset=dataset)
-    for density in densities:
-        check_density(density)
-    for seed in seeds:
-        if not isinstance(seed, int) or seed < 0:
-            raise BarterError(f"seeds must be non-negative integers, got {seed!r}")
+    config = get_model_config(chosen.model)
+    for density in [] if densities is NOT_A_PARAMETER else check_list("densities", densities, "numbers in (0, 1]"):
+        compute_budget(config, check_density(density))
+    for seed in [] if seeds is NOT_A_PARAMETER else check_list("seeds", seeds, "integers in [0, 2**32 - 1]"):
+        check_seed("every seed", seed)
     return chosen

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from tqdm import tqdm
 
-from ..errors import BarterError, choose
+from ..errors import BarterError, check_list, choose
 from ..training.cache import cached_train
 from ..core.configs import get_model_config
 from ..training.recipes import get_recipe
@@ -109,8 +109,9 @@ SMOKE_DESIGN_VARIANTS = ("static", "barter", "split clone moments")
 def study_defaults(profile: str, seeds=(), labels=()) -> tuple[list[int], list[str]]:
     """The chapter's seeds and design variants: the ones given, else the profile's defaults."""
     choose("profile", profile, DEFAULT_SEEDS)
-    seeds = list(seeds) or list(DEFAULT_SEEDS[profile])
-    labels = list(labels) or list(SMOKE_DESIGN_VARIANTS if profile == "smoke" else BOOK_DESIGN_VARIANTS)
+    seeds = check_list("seeds", seeds, "seeds", allow_empty=True) or list(DEFAULT_SEEDS[profile])
+    labels = (check_list("variants", labels, "variant names", allow_empty=True)
+              or list(SMOKE_DESIGN_VARIANTS if profile == "smoke" else BOOK_DESIGN_VARIANTS))
     return seeds, check_labels(labels)
 
 
@@ -134,11 +135,11 @@ def variant_run(setup: Profile, variant: Variant, density: float, seed: int,
 
 
 def check_labels(labels, variants: dict[str, Variant] = VARIANTS) -> list[str]:
-    labels = list(labels)
+    labels = check_list("variants", labels, "variant names", allow_empty=True)
     if not labels:
         raise BarterError(f"variants must name at least one of {', '.join(variants)}")
     for label in labels:
-        if label not in variants:
+        if not isinstance(label, str) or label not in variants:
             raise BarterError(f"unknown variant {label!r}: choose from {', '.join(variants)}")
     return labels
 

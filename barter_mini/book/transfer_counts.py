@@ -17,7 +17,7 @@ from dataclasses import replace
 import pandas as pd
 from tqdm import tqdm
 
-from ..errors import BarterError, check_in_range
+from ..errors import BarterError, check_in_range, check_list
 from ..training.cache import cached_train
 from ..training.trainer import RunConfig
 from .experiments import mean_std, profile_run, read_paper_table
@@ -34,7 +34,8 @@ def multiplier_run(setup: Profile, multiplier: float, density: float, seed: int)
 
 def check_multipliers(multipliers) -> list[float]:
     """The multipliers as floats, each positive; at least one."""
-    multipliers = [check_in_range("multiplier", float(m), 0.0, float("inf"), low_open=True) for m in multipliers]
+    multipliers = [check_in_range("multiplier", m, 0.0, float("inf"), low_open=True)
+                   for m in check_list("multipliers", multipliers, "positive numbers", allow_empty=True)]
     if not multipliers:
         raise BarterError("multipliers must list at least one positive number")
     return multipliers

@@ -33,7 +33,7 @@ from torch import nn
 from tqdm import tqdm
 
 from ..core.barter import BarterController
-from ..core.budgets import check_density
+from ..core.budgets import check_density, compute_budget
 from ..core.configs import get_model_config
 from ..core.counting import count_parameters, counted_training_gflops_per_image, training_gflops_per_image
 from ..core.method import MethodController
@@ -110,10 +110,14 @@ def build_training_step(model_name: str, method: str, density: float, batch: int
 
 def check_bench_arguments(model: str, methods, densities, batch: int, steps: int) -> list[tuple[str, float]]:
     """The (method, density) cases to measure, dense once at rho = 1; one-line errors otherwise."""
-    get_model_config(model)
+    config = get_model_config(model)
     methods = check_methods(methods)
     if not densities:
         raise BarterError("--densities must list at least one density in (0, 1]")
+    for density in densities:          # every one, even where only dense runs; and before any is measured
+        check_density(density)
+        if any(not get_method(m).full_width for m in methods):
+            compute_budget(config, density)
     check_integer("batch", batch)
     check_integer("steps", steps)
     fixed = [(m, get_method(m).fixed_density) for m in methods if get_method(m).fixed_density is not None]

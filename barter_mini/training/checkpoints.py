@@ -50,8 +50,13 @@ def check_can_create(folder: Path) -> Path:
     if not existing.is_dir():
         raise BarterError(f"cannot create the folder {folder}: {existing} is a file; "
                           "choose a path whose parents are folders")
-    if not os.access(existing, os.W_OK):
-        raise BarterError(f"cannot create the folder {folder}: {existing} is not writable")
+    # a trial folder, removed at once: os.access says yes to root and on read-only or
+    # virtual file systems (/proc, /sys), where only an actual mkdir tells
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".barter-mini-probe.", dir=existing))
+    except OSError as error:
+        raise BarterError(f"cannot create the folder {folder}: {existing} is not writable "
+                          f"({error.strerror or type(error).__name__})") from None
     return folder
 
 

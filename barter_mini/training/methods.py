@@ -28,7 +28,7 @@ from torch import nn
 
 from ..core.barter import BarterController
 from ..core.method import Dense, MethodController, OneShot, Static
-from ..errors import BarterError, choose
+from ..errors import BarterError, check_list, choose
 from ..masked import RigL, S2ViTE, SET, SNFS, SRigL, MaskedDST
 from .recipes import Recipe
 
@@ -111,7 +111,7 @@ def get_method(name: str) -> Method:
 
 def check_methods(methods) -> tuple[str, ...]:
     """``methods`` as a tuple of known names, at least one; a one-line error otherwise."""
-    methods = tuple(methods)
+    methods = tuple(check_list("methods", methods, f"names from {', '.join(METHODS)}", allow_empty=True))
     if not methods:
         raise BarterError(f"methods must name at least one of {', '.join(METHODS)}")
     for name in methods:

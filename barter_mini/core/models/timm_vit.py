@@ -112,7 +112,8 @@ def timm_model_config(spec: str) -> ModelConfig:
             kwargs[key] = value
     try:
         model = timm.create_model(name, pretrained=False, **kwargs)
-    except (TypeError, ValueError, AssertionError, RuntimeError) as error:
+    # ArithmeticError: timm divides by options such as patch_size=0 or num_heads=0 unchecked
+    except (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError) as error:
         message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise BarterError(f"timm.create_model({name!r}, **{kwargs}) failed: {message}") from None
     return describe_timm_vit(model, name, kwargs)
