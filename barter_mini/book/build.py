@@ -6,6 +6,12 @@ and ``_toc.yml``, the ``book/`` chapters, MathJax 3 for offline math, and every 
 CSV/JSON files it writes. A notebook that raises stops the build with its name and cell,
 and its half-executed copy is deleted, so a failing notebook is never published. Then
 ``jupyter-book build -W -n --keep-going`` turns any Sphinx warning into a failure.
+
+Progress goes to stderr: a line when each notebook starts and when it ends (with its time),
+papermill's tqdm bar over the running notebook's cells on a terminal (tqdm's own rule:
+none when stderr is not a TTY, so logs stay clean), and at the end :func:`format_times`'s
+table of seconds per notebook, for the HTML build and in total (``barter-mini book``
+prints it).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BarterError, choose
@@ -58,15 +65,32 @@ def vendor_mathjax(stage: Path, cache: Path) -> None:
         archive.extractall(target, members=members, filter="data")
 
 
-def execute_notebook(source: Path, target: Path, parameters: dict) -> float:
-    """Run one notebook with papermill into ``target``; on failure delete it and raise."""
+#: the row of the HTML build in :attr:`BookBuild.times`
+HTML_STEP = "HTML (jupyter-book)"
+
+
+def log_to_stderr(message: str) -> None:
+    """Progress lines go to stderr, so stdout holds only what the command reports."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def cell_progress(notebook: str, stream=None) -> dict:
+    """papermill's ``progress_bar`` settings: a tqdm bar over the cells named after the
+    notebook, on stderr, gone when the notebook ends (its end line replaces it); ``disable=None``
+    is tqdm's rule of no bar when the stream is not a terminal."""
+    return {"desc": notebook, "unit": "cell", "leave": False, "disable": None, "file": stream or sys.stderr}
+
+
+def execute_notebook(source: Path, target: Path, parameters: dict, progress_bar: dict | bool = False) -> float:
+    """Run one notebook with papermill into ``target`` (``progress_bar`` as papermill takes
+    it, e.g. :func:`cell_progress`); on failure delete it and raise. Returns its seconds."""
     import papermill
 
     started = time.perf_counter()
     try:
         papermill.execute_notebook(str(source), str(target), parameters=parameters,
                                    kernel_name="python3", cwd=str(target.parent),
-                                   progress_bar=False, log_output=False)
+                                   progress_bar=progress_bar, log_output=False)
     except papermill.PapermillExecutionError as error:
         target.unlink(missing_ok=True)
         message = str(error.evalue).strip().splitlines()[0] if error.evalue else ""
@@ -86,17 +110,55 @@ def build_html(stage: Path) -> Path:
     return stage / "_build" / "html" / "index.html"
 
 
-def build_book(profile: str = "quick", build_dir: Path | None = None, log=print,
-               repo: Path = REPO) -> Path:
-    """Execute every notebook of ``repo`` at ``profile`` and build the HTML book; return ``index.html``."""
+@dataclass(frozen=True)
+class BookBuild:
+    """A built book: its ``index.html`` and the seconds each step took."""
+
+    index: Path
+    #: (step, seconds): every notebook in chapter order, then :data:`HTML_STEP`
+    times: list[tuple[str, float]]
+    #: wall seconds of the whole build (staging and MathJax included)
+    total_s: float
+
+
+def format_times(build: BookBuild) -> str:
+    """The table ``barter-mini book`` ends with: seconds per notebook, for the HTML build and in total."""
+    rows = [*build.times, ("total", build.total_s)]
+    width = max(len("step"), *(len(step) for step, _ in rows))
+    lines = [f"{'step':<{width}}  {'seconds':>8}"]
+    lines += [f"{step:<{width}}  {seconds:8.1f}" for step, seconds in rows]
+    return "\n".join(lines)
+
+
+def run_book_build(profile: str = "quick", build_dir: Path | None = None, log=log_to_stderr,
+                   repo: Path = REPO) -> BookBuild:
+    """Execute every notebook of ``repo`` at ``profile`` and build the HTML book, logging a
+    line as each notebook starts and ends; return the index and the time of every step."""
+    from ..training.checkpoints import check_can_create
+
     choose("profile", profile, PROFILES)
-    build_dir = Path(build_dir or repo / "_build")
+    started = time.perf_counter()
+    build_dir = check_can_create(Path(build_dir or repo / "_build"))    # before any work
     stage = build_dir / "book"
     stage_sources(stage, repo)
     vendor_mathjax(stage, build_dir / "vendor")
-    for notebook in source_notebooks(repo):
-        seconds = execute_notebook(notebook, stage / "notebooks" / notebook.name, {"profile": profile})
-        log(f"executed {notebook.name} ({profile}) in {seconds:.0f} s")
+    notebooks, times = source_notebooks(repo), []
+    for number, notebook in enumerate(notebooks, 1):
+        log(f"[{number}/{len(notebooks)}] running {notebook.name} ({profile})")
+        seconds = execute_notebook(notebook, stage / "notebooks" / notebook.name, {"profile": profile},
+                                   progress_bar=cell_progress(notebook.name))
+        log(f"[{number}/{len(notebooks)}] executed {notebook.name} in {seconds:.0f} s")
+        times.append((notebook.name, seconds))
+    log("building the HTML with jupyter-book")
+    html_started = time.perf_counter()
     index = build_html(stage)
+    times.append((HTML_STEP, time.perf_counter() - html_started))
     log(f"book: {index}")
-    return index
+    return BookBuild(index, times, time.perf_counter() - started)
+
+
+def build_book(profile: str = "quick", build_dir: Path | None = None, log=log_to_stderr,
+               repo: Path = REPO) -> Path:
+    """Execute every notebook of ``repo`` at ``profile`` and build the HTML book; return
+    ``index.html`` (:func:`run_book_build` also returns the time of every step)."""
+    return run_book_build(profile, build_dir, log, repo).index

@@ -1,0 +1,90 @@
+"""What ``barter-mini book`` reports while it works: a line as each notebook starts and ends,
+papermill's bar over the running notebook's cells, and a table of seconds per step.
+
+No book is built here: papermill, staging and jupyter-book are replaced by fakes, except in
+one test that executes a three-cell notebook to see the cell bar count its cells.
+"""
+
+import io
+from pathlib import Path
+
+import nbformat
+
+import barter_mini.book.build as build
+from barter_mini.book.build import HTML_STEP, BookBuild, cell_progress, execute_notebook, format_times
+from barter_mini.cli import main
+
+KERNEL = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+          "language_info": {"name": "python"}}
+
+
+def fake_repo(tmp_path: Path, names=("01_first.ipynb", "02_second.ipynb")) -> Path:
+    repo = tmp_path / "repo"
+    (repo / "notebooks").mkdir(parents=True)
+    for name in names:
+        (repo / "notebooks" / name).write_text("{}")
+    return repo
+
+
+def test_the_build_logs_each_notebook_and_times_every_step(tmp_path, monkeypatch):
+    executed = []
+
+    def fake_papermill(source, target, parameters, progress_bar=False):
+        executed.append((Path(source).name, parameters, progress_bar))
+        return 2.0 if Path(source).name.startswith("01") else 3.0
+
+    monkeypatch.setattr(build, "stage_sources", lambda stage, repo: (stage / "notebooks").mkdir(parents=True,
+                                                                                                exist_ok=True))
+    monkeypatch.setattr(build, "vendor_mathjax", lambda stage, cache: None)
+    monkeypatch.setattr(build, "execute_notebook", fake_papermill)
+    monkeypatch.setattr(build, "build_html", lambda stage: stage / "_build" / "html" / "index.html")
+    lines = []
+    repo = fake_repo(tmp_path)
+    result = build.run_book_build("smoke", tmp_path / "out", log=lines.append, repo=repo)
+
+    assert [name for name, _, _ in executed] == ["01_first.ipynb", "02_second.ipynb"]
+    assert all(parameters == {"profile": "smoke"} for _, parameters, _ in executed)
+    # papermill's tqdm bar is on, named after the running notebook
+    assert [bar["desc"] for _, _, bar in executed] == ["01_first.ipynb", "02_second.ipynb"]
+    assert lines[:4] == ["[1/2] running 01_first.ipynb (smoke)", "[1/2] executed 01_first.ipynb in 2 s",
+                         "[2/2] running 02_second.ipynb (smoke)", "[2/2] executed 02_second.ipynb in 3 s"]
+    assert [step for step, _ in result.times] == ["01_first.ipynb", "02_second.ipynb", HTML_STEP]
+    assert [seconds for _, seconds in result.times[:2]] == [2.0, 3.0]
+    assert result.index == tmp_path / "out" / "book" / "_build" / "html" / "index.html"
+    # build_book, which the other tests call, still returns the index alone
+    assert build.build_book("smoke", tmp_path / "out", log=lines.append, repo=repo) == result.index
+
+
+def test_the_time_table_lists_notebooks_the_html_build_and_the_total():
+    table = format_times(BookBuild(Path("index.html"), [("01_walkthrough.ipynb", 61.25), ("02_from_scratch.ipynb", 5.0),
+                                                        (HTML_STEP, 12.5)], total_s=80.0))
+    rows = [line.split() for line in table.splitlines()]
+    assert rows[0] == ["step", "seconds"]
+    assert rows[1] == ["01_walkthrough.ipynb", "61.2"] and rows[2] == ["02_from_scratch.ipynb", "5.0"]
+    assert rows[3] == ["HTML", "(jupyter-book)", "12.5"] and rows[4] == ["total", "80.0"]
+    assert len({line.index("seconds") + len("seconds") for line in table.splitlines()[:1]}
+               | {len(line) for line in table.splitlines()}) == 1          # one right edge
+
+
+def test_barter_mini_book_prints_the_time_table(monkeypatch, capsys):
+    timed = BookBuild(Path("/b/index.html"), [("01_walkthrough.ipynb", 3.0), (HTML_STEP, 1.0)], total_s=4.5)
+    monkeypatch.setattr(build, "run_book_build", lambda profile, build_dir: timed)
+    assert main(["book", "--profile", "smoke"]) == 0
+    out = capsys.readouterr().out
+    assert format_times(timed) in out and "open /b/index.html" in out
+
+
+def test_the_cell_bar_counts_a_real_notebooks_cells(tmp_path):
+    notebook = nbformat.v4.new_notebook(metadata=KERNEL)
+    notebook.cells = [nbformat.v4.new_code_cell("profile = 'quick'", metadata={"tags": ["parameters"]}),
+                      nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("print(profile)")]
+    source = tmp_path / "03_tiny.ipynb"
+    nbformat.write(notebook, source)
+    stream = io.StringIO()
+    # off a terminal tqdm stays quiet (disable=None): turned on here to see what a terminal shows
+    bar = {**cell_progress(source.name, stream), "disable": False, "mininterval": 0, "miniters": 1}
+    seconds = execute_notebook(source, tmp_path / "out.ipynb", {"profile": "smoke"}, progress_bar=bar)
+    shown = stream.getvalue()
+    assert seconds > 0 and "03_tiny.ipynb" in shown
+    assert "4/4" in shown              # the three cells and the parameters papermill injects
+    assert cell_progress("x.ipynb")["disable"] is None
