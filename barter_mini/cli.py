@@ -111,7 +111,10 @@ def cmd_data(args) -> int:
 
 def cmd_book(args) -> int:
     from .book.build import format_times, run_book_build
+    from .training.cache import TRAIN_ENV
 
+    if args.cached_only:
+        os.environ[TRAIN_ENV] = "0"         # the notebooks' kernels inherit it: they only read the run cache
     build = run_book_build(args.profile, args.build_dir)       # progress on stderr
     print(format_times(build))
     print(f"built in {build.total_s:.0f} s; open {build.index}")
@@ -317,6 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("book", help="execute every notebook with papermill and build the Jupyter Book")
     p.add_argument("--profile", default="quick", help="quick (CPU minutes), smoke (seconds) or paper (GPU)")
     p.add_argument("--build-dir", help="where to stage and build (default: ./_build)")
+    p.add_argument("--cached-only", action="store_true",
+                   help="train nothing: read every run from the run cache (filled by barter-mini sweep --book "
+                        "PROFILE); a missing run stops the build with the sweep command that trains it")
     p.set_defaults(func=cmd_book)
 
     p = sub.add_parser("data", help="prepare a dataset (Fashion-MNIST from Debian's package) and print its splits")

@@ -6,9 +6,11 @@ one test that executes a three-cell notebook to see the cell bar count its cells
 """
 
 import io
+import os
 from pathlib import Path
 
 import nbformat
+import pytest
 
 import barter_mini.book.build as build
 from barter_mini.book.build import HTML_STEP, BookBuild, cell_progress, execute_notebook, format_times
@@ -72,6 +74,22 @@ def test_barter_mini_book_prints_the_time_table(monkeypatch, capsys):
     assert main(["book", "--profile", "smoke"]) == 0
     out = capsys.readouterr().out
     assert format_times(timed) in out and "open /b/index.html" in out
+
+
+@pytest.mark.parametrize("flag, expected", [([], None), (["--cached-only"], "0")])
+def test_cached_only_makes_the_notebooks_read_the_run_cache(monkeypatch, flag, expected):
+    """--cached-only sets BARTER_MINI_TRAIN=0 for the build, which the papermill kernels inherit
+    (training.cache.cached_train then trains nothing)."""
+    monkeypatch.delenv("BARTER_MINI_TRAIN", raising=False)
+    seen = {}
+
+    def fake_build(profile, build_dir):
+        seen["env"] = os.environ.get("BARTER_MINI_TRAIN")
+        return BookBuild(Path("/b/index.html"), [(HTML_STEP, 1.0)], total_s=1.0)
+
+    monkeypatch.setattr(build, "run_book_build", fake_build)
+    assert main(["book", "--profile", "smoke", *flag]) == 0
+    assert seen["env"] == expected
 
 
 def test_the_cell_bar_counts_a_real_notebooks_cells(tmp_path):
