@@ -50,7 +50,8 @@ def test_every_method_has_a_controller_of_the_protocol():
         assert isinstance(controller, method.controller) and isinstance(controller, MethodController)
         full = sum(model.allocation().heads) == TINY_CCT.depth * TINY_CCT.heads_per_layer
         assert full == method.full_width, name
-        assert set(controller.metrics()) == {"transfers_planned", "transfers_executed", "allocation_history", "mask"}
+        assert set(controller.metrics()) == {"transfers_planned", "transfers_executed", "allocation_history", "mask",
+                                             "rank_checks"}
 
 
 @pytest.mark.parametrize("method", ["barter", "random-pair", "set", "snfs", "rigl", "srigl", "s2vite", "static"])

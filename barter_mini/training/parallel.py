@@ -64,11 +64,16 @@ def wrap(model: nn.Module, device: torch.device) -> nn.Module:
     return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
+def _collective_device() -> torch.device:
+    """Where a tensor must live for the process group's collectives: NCCL reduces GPU tensors only."""
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
 def mean_over_processes(*values: float) -> list[float]:
     """The mean of each value over the processes (what one process would log for the global batch)."""
     if not is_distributed():
         return list(values)
-    summed = torch.tensor(values, dtype=torch.float64)
+    summed = torch.tensor(values, dtype=torch.float64, device=_collective_device())
     dist.all_reduce(summed)
     return (summed / world_size()).tolist()
 
@@ -77,7 +82,7 @@ def any_process(flag: bool) -> bool:
     """True on every process when it is True on one (a signal stops all of them at the same step)."""
     if not is_distributed():
         return flag
-    value = torch.tensor([int(flag)])
+    value = torch.tensor([int(flag)], device=_collective_device())
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())
 

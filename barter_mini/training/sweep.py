@@ -140,8 +140,9 @@ def make_executor(settings: ExecutorSettings) -> submitit.Executor:
 
 class TrainingJob(submitit.helpers.Checkpointable):
     """One submitit job: train ``run`` into ``cache_dir`` (or find it there) and return a
-    short summary. On preemption or at its time limit submitit calls :meth:`checkpoint`
-    (inherited), which resubmits this same job; the new attempt resumes from ``last.pt``."""
+    short summary. On preemption or at its time limit submitit calls its ``checkpoint()``
+    (inherited from ``submitit.helpers.Checkpointable``), which resubmits this same job; the
+    new attempt resumes from ``last.pt``."""
 
     def __init__(self, run: RunConfig, cache_dir: Path, folder_name: str, checkpoint_every: int | None = None):
         self.run = run
