@@ -110,12 +110,14 @@ def cmd_data(args) -> int:
 
 
 def cmd_book(args) -> int:
+    from unittest import mock
+
     from .book.build import format_times, run_book_build
     from .training.cache import TRAIN_ENV
 
-    if args.cached_only:
-        os.environ[TRAIN_ENV] = "0"         # the notebooks' kernels inherit it: they only read the run cache
-    build = run_book_build(args.profile, args.build_dir)       # progress on stderr
+    # the notebooks' kernels inherit the environment: with TRAIN_ENV=0 they only read the run cache
+    with mock.patch.dict(os.environ, {TRAIN_ENV: "0"} if args.cached_only else {}):
+        build = run_book_build(args.profile, args.build_dir)       # progress on stderr
     print(format_times(build))
     print(f"built in {build.total_s:.0f} s; open {build.index}")
     return 0

@@ -90,6 +90,7 @@ def test_cached_only_makes_the_notebooks_read_the_run_cache(monkeypatch, flag, e
     monkeypatch.setattr(build, "run_book_build", fake_build)
     assert main(["book", "--profile", "smoke", *flag]) == 0
     assert seen["env"] == expected
+    assert "BARTER_MINI_TRAIN" not in os.environ           # only for the build: nothing leaks into this process
 
 
 def test_the_cell_bar_counts_a_real_notebooks_cells(tmp_path):
