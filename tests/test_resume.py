@@ -54,13 +54,18 @@ class Stop(Exception):
     pass
 
 
-def stop_after(step: int, out: Path):
-    """An ``after_each_step`` that writes last.pt and stops the run at the end of ``step``."""
-    def hook(t):
+def train_until(run: RunConfig, step: int, out: Path) -> None:
+    """Train ``run`` as ``train`` does, write last.pt at the end of ``step`` and stop there."""
+    def stop_after(t):
         if t.step == step:
             save_checkpoint(out / "last.pt", t.checkpoint())
             raise Stop
-    return hook
+    out.mkdir()
+    t = build_training(run)
+    with pytest.raises(Stop):
+        while t.epoch <= t.recipe.epochs:
+            fit_one_epoch(t, stop_after)
+            save_epoch(t, out)
 
 
 @pytest.fixture
@@ -79,12 +84,7 @@ def test_a_run_stopped_at_any_step_resumes_bitwise(tmp_path, one_thread, method,
     run = RunConfig(method=method, dataset="digits", recipe="smoke", epochs=2, seed=2, progress=False)
     train(run, tmp_path / "whole")
     out = tmp_path / "resumed"
-    out.mkdir()
-    t = build_training(run)
-    with pytest.raises(Stop):
-        while t.epoch <= t.recipe.epochs:
-            fit_one_epoch(t, stop_after(stop, out))
-            save_epoch(t, out)
+    train_until(run, stop, out)
     train(run, out, resume=True)
     assert_same_run(tmp_path / "whole", out)
 
@@ -95,11 +95,7 @@ def test_warmup_policies_resume_bitwise(tmp_path, one_thread):
                     overrides={"clone_moments": "warmup"})
     train(run, tmp_path / "whole")
     out = tmp_path / "resumed"
-    out.mkdir()
-    t = build_training(run)
-    with pytest.raises(Stop):
-        while True:
-            fit_one_epoch(t, stop_after(9, out))
+    train_until(run, 9, out)
     train(run, out, resume=True)
     assert_same_run(tmp_path / "whole", out)
 

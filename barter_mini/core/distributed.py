@@ -72,12 +72,11 @@ def fingerprint(value) -> str:
     return hashlib.sha256(pickle.dumps(plain(value))).hexdigest()
 
 
-def check_same_on_every_rank(what: str, value, step: int) -> int:
+def check_same_on_every_rank(what: str, value, step: int) -> None:
     """Raise :class:`RankDivergence` unless every process holds the same ``value`` (compared
-    by :func:`fingerprint`); return the number of processes compared."""
+    by :func:`fingerprint`)."""
     prints = all_gather(fingerprint(value))
     if len(set(prints)) > 1:
         shown = ", ".join(f"rank {r}: {p[:12]}" for r, p in enumerate(prints))
         raise RankDivergence(f"the processes disagree on the {what} after the update at step {step} ({shown}): "
                              "a decision was made from statistics that were not synchronized")
-    return len(prints)

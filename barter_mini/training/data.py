@@ -634,8 +634,8 @@ def make_loaders(
     num_workers = check_integer("num_workers", num_workers, minimum=0)
     common = dict(num_workers=num_workers, persistent_workers=num_workers > 0)
     generator = torch.Generator().manual_seed(int(seed))
-    drop_last = len(splits.train) >= batch_size or world_size > 1
-    if len(splits.train) < batch_size and world_size > 1:
+    drop_last = len(splits.train) >= batch_size
+    if not drop_last and world_size > 1:
         raise BarterError(f"{len(splits.train)} training images make no global batch of {batch_size}: "
                           "a data-parallel run needs at least one full batch")
     batches = GlobalBatchSampler(RandomSampler(splits.train, generator=generator), batch_size, drop_last,

@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..core.distributed import all_gather, is_distributed, world_size
+from ..core.distributed import all_gather, is_distributed, rank, world_size
 from ..errors import BarterError
 
 
@@ -105,4 +105,4 @@ def own_state(states: list, what: str):
     if len(states) != world_size():
         raise BarterError(f"the checkpoint's {what} were saved by {len(states)} processes, and {world_size()} "
                           "run now: resume with the same number of processes")
-    return states[dist.get_rank() if is_distributed() else 0]
+    return states[rank()]

@@ -392,8 +392,8 @@ def resume_training(t: Training, checkpoint: dict) -> None:
     t.update_seconds = state["update_seconds"]
     t.started = time.perf_counter() - state["elapsed_s"]
     t.gflops_per_image = training_gflops_per_image(t.model)
-    if t.epoch_loader_state is not None and t.batches_done == 0:
-        t.loaders[0].generator.set_state(t.epoch_loader_state)   # the next epoch's shuffle
+    if t.epoch_loader_state is not None:     # the shuffle of the epoch the run continues in
+        t.loaders[0].generator.set_state(t.epoch_loader_state)
     rng = parallel.own_state(state["rng"], "random generators")
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
@@ -411,9 +411,8 @@ def fit_one_epoch(t: Training, after_each_step=None) -> dict:
     loader, epoch = t.loaders[0], t.epoch
     if t.batches_done == 0:
         t.epoch_loader_state, t.epoch_losses = loader.generator.get_state(), []
-    else:                             # resumed inside the epoch: the same shuffle, its first batches passed over
-        loader.generator.set_state(t.epoch_loader_state)
-        loader.batch_sampler.skip = t.batches_done
+    else:                             # resumed inside the epoch (resume_training set its shuffle)
+        loader.batch_sampler.skip = t.batches_done       # its first batches passed over
     losses = t.epoch_losses
     bar = tqdm(loader, desc=f"{t.run.method} epoch {epoch}/{t.recipe.epochs}", initial=t.batches_done,
                disable=(None if t.run.progress is None else not t.run.progress), leave=False)
@@ -522,9 +521,9 @@ def finalize(t: Training, out: Path) -> dict:
 NOT_COMPARED_ON_RESUME = ("progress", "data_root", "download", "device")
 
 
-def settings_differing(saved: dict, run: RunConfig) -> list[str]:
-    """The settings of ``run`` (validated) that differ from a run folder's ``saved`` ones."""
-    now = asdict(run.validate())
+def settings_differing(saved: dict, now: dict) -> list[str]:
+    """The settings of a run (``asdict`` of its validated config) that differ from a run
+    folder's ``saved`` ones."""
     return sorted(key for key in set(now) | set(saved)
                   if key not in NOT_COMPARED_ON_RESUME and _comparable(saved.get(key)) != _comparable(now.get(key)))
 
@@ -551,10 +550,10 @@ def resume_point(out: Path, run: RunConfig) -> tuple[dict | None, dict | None]:
 
 
 def _check_same_run(path: Path, saved: dict, run: RunConfig) -> None:
-    differing = settings_differing(saved, run)
+    now = asdict(run.validate())
+    differing = settings_differing(saved, now)
     if differing:
-        shown = ", ".join(f"{key} {saved.get(key)!r} there, {asdict(run.validate()).get(key)!r} here"
-                          for key in differing)
+        shown = ", ".join(f"{key} {saved.get(key)!r} there, {now.get(key)!r} here" for key in differing)
         raise BarterError(f"{path} is a run of other settings ({shown}): "
                           "give the same settings to resume it, or another --out")
 
