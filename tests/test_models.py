@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from torch import nn
 from timm.layers import Attention, Mlp
 from timm.models.vision_transformer import Block
 
@@ -62,3 +63,24 @@ def test_compact_flops_fall_with_density():
     assert flops == sorted(flops)
     # Table 15 at rho = 0.3 and 0.7 as a further check of the budget rule
     assert within(flops[1], 2.166) and within(flops[3], 4.973)
+
+
+@pytest.mark.parametrize("name", ["cct-paper", "cct-mini"])
+def test_tokenizer_pools_before_relu_with_the_same_function_and_gradients(name):
+    """The tokenizer runs conv -> MaxPool -> ReLU; the reference order conv -> ReLU -> MaxPool,
+    on the same convolutions, gives bitwise the same tokens and convolution gradients."""
+    config = get_model_config(name)
+    torch.manual_seed(0)
+    model = build_model(config, 1.0)
+    convs = [m for m in model.tokenizer if isinstance(m, nn.Conv2d)]
+    assert [type(m) for m in model.tokenizer] == [nn.Conv2d, nn.MaxPool2d, nn.ReLU] * config.conv_layers
+    reference = nn.Sequential(*[layer for conv in convs for layer in (conv, nn.ReLU(), nn.MaxPool2d(3, 2, 1))])
+    x = torch.randn(4, config.in_chans, config.img_size, config.img_size)
+    ours, theirs = model.tokenizer(x), reference(x)
+    assert torch.equal(ours, theirs)
+    upstream = torch.randn_like(ours)
+    ours_grads = torch.autograd.grad(ours, [c.weight for c in convs], upstream)
+    theirs_grads = torch.autograd.grad(theirs, [c.weight for c in convs], upstream)
+    for a, b in zip(ours_grads, theirs_grads):
+        assert torch.equal(a, b)
+    assert (ours == 0).any() and (ours > 0).any()      # the ReLU did cut something

@@ -45,7 +45,12 @@ class CompactTransformer(nn.Module):
 class CompactCCT(CompactTransformer):
     """Compact Convolutional Transformer.
 
-    Tokenizer: ``conv_layers`` x (conv k x k, stride 1, no bias -> ReLU -> MaxPool(3, 2, 1));
+    Tokenizer: ``conv_layers`` x (conv k x k, stride 1, no bias -> ReLU -> MaxPool(3, 2, 1)),
+    computed as conv -> MaxPool -> ReLU: the same function and gradients, because ReLU is
+    monotone (``max(relu(a), relu(b)) = relu(max(a, b))``; where a window's maximum is <= 0
+    both orders pass no gradient), and the ReLU then runs on a quarter of the pixels. That
+    conv output is the widest tensor of the model (256 channels at 32 x 32 in ``cct-paper``),
+    so the saving is part of the fixed cost that does not shrink with the density;
     a learnable positional embedding (no class token); the reference CCT layers; a final
     LayerNorm; sequence pooling ``softmax(Linear(D, 1))`` over tokens; a linear classifier.
     """
@@ -58,8 +63,9 @@ class CompactCCT(CompactTransformer):
         chans = config.in_chans
         for i in range(config.conv_layers):
             out = dim if i == config.conv_layers - 1 else (config.conv_channels or dim)
-            layers += [nn.Conv2d(chans, out, k, stride=1, padding=k // 2, bias=False), nn.ReLU(),
-                       nn.MaxPool2d(3, stride=2, padding=1)]
+            # the conv stays at index 3 i, so checkpoints of the ReLU-first order still load
+            layers += [nn.Conv2d(chans, out, k, stride=1, padding=k // 2, bias=False),
+                       nn.MaxPool2d(3, stride=2, padding=1), nn.ReLU()]
             chans = out
         self.tokenizer = nn.Sequential(*layers)
         self.pos_embed = nn.Parameter(torch.zeros(1, config.num_tokens, dim))
