@@ -6,8 +6,12 @@ sum of the distinct storages a step holds, saved activations counted by saved-te
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 from torch import nn
+
+from ..core.recompute import selective_recompute_of
 
 
 def _storage_key(tensor: torch.Tensor) -> tuple:
@@ -59,6 +63,13 @@ def step_memory(step, model: nn.Module, optimizer: torch.optim.Optimizer, contro
     holds at its peak, each part measured during the step: parameters, gradients, optimizer
     state, the method's own tensors (masks, statistics) and every tensor autograd saves for
     backward, recorded by ``saved_tensors_hooks`` (distinct storages, parameters excluded).
+
+    With selective recomputation on (``barter_mini.core.recompute.enable_selective_recompute``),
+    whose own saved-tensor hooks would hide the forward's tensors from these (the innermost
+    pair alone applies), the counting function observes what the model's hooks keep: the
+    LayerNorm and GELU outputs they rebuild in backward count nothing, since the input each
+    is rebuilt from is kept (and counted) anyway. The one rebuilt tensor alive at a time
+    in backward is not counted, as no transient tensor of backward is.
     """
     device = torch.device(device)
     parameters = list(model.parameters())
@@ -74,7 +85,9 @@ def step_memory(step, model: nn.Module, optimizer: torch.optim.Optimizer, contro
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    recompute = selective_recompute_of(model)
+    observing = recompute.observed_by(pack) if recompute is not None else nullcontext()
+    with observing, torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         step()
     params = tensor_bytes(parameters)
     grads = tensor_bytes([p.grad for p in parameters if p.grad is not None])
