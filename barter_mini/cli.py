@@ -73,7 +73,8 @@ def cmd_train(args) -> int:
                     transfer_multiplier=args.transfer_multiplier, delta_t=args.delta_t,
                     start=args.start, init=args.init, pflops=pflops, classes=args.classes, img_size=args.img_size,
                     data_root=args.data_root, download=args.download,
-                    device=args.device, progress=not args.no_progress)
+                    device=args.device, compile=args.compile, recompute=args.recompute,
+                    progress=not args.no_progress)
     metrics = train(run, args.out, resume=args.resume, checkpoint_every=args.checkpoint_every)
     if os.environ.get("RANK", "0") != "0":      # under torchrun, rank 0 alone reports
         return 0
@@ -153,9 +154,13 @@ def cmd_bench(args) -> int:
 
     grid = {name: value for name, value in (("methods", args.methods), ("densities", args.densities))
             if value is not None}                  # unset: bench's own defaults
+    executions = list(args.executions or ["eager"])
+    executions += [name for name, wanted in (("compiled", args.compile), ("recompute", args.recompute))
+                   if wanted and name not in executions]
     rows = bench(args.model, batch=args.batch, steps=args.steps, warmup=args.warmup,
                  segment_steps=args.segment_steps, update_samples=args.update_samples, device=args.device,
-                 seed=args.seed, progress=not args.json, **grid)
+                 seed=args.seed, progress=not args.json, executions=executions,
+                 profile_steps=args.profile_steps, **grid)
     if args.out:
         write_json(Path(args.out), rows)
     print(json.dumps(rows, indent=2) if args.json else format_report(rows))
@@ -304,6 +309,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-root", help="dataset folder (default: $BARTER_MINI_DATA or ./data)")
     p.add_argument("--download", action="store_true", help="let torchvision download a missing dataset")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    p.add_argument("--compile", action="store_true",
+                   help="run the encoder layers through torch.compile, with shapes that survive topology updates")
+    p.add_argument("--recompute", action="store_true",
+                   help="recompute LayerNorm and GELU outputs in backward instead of saving them (less memory)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--out", required=True, help="run folder for best.pt, last.pt and metrics.json")
     p.add_argument("--resume", action="store_true",
@@ -347,6 +356,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--update-samples", type=_positive_int, default=3, help="topology updates timed per method")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="auto (CUDA when present), cpu or cuda")
     p.add_argument("--seed", type=_seed, default=0)
+    p.add_argument("--executions", type=_comma_list(str, "execution names"),
+                   help="comma-separated, from eager, compiled, recompute (default: eager); "
+                        "each is measured side by side with the others")
+    p.add_argument("--compile", action="store_true", help="also measure every case with its layers compiled")
+    p.add_argument("--profile-steps", type=_non_negative_int, default=0, metavar="N",
+                   help="also profile N steps of every case: ms per step of products, attention, LayerNorm, stem, "
+                        "elementwise, optimizer and the method's own work (default 0: off)")
+    p.add_argument("--recompute", action="store_true",
+                   help="also measure every case with LayerNorm and GELU outputs recomputed in backward")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.add_argument("--out", type=_output_file, help="also write the rows as JSON to this file (atomically)")
     p.set_defaults(func=cmd_bench)

@@ -10,8 +10,10 @@ from barter_mini.cli import main
 from barter_mini.core.configs import get_model_config
 from barter_mini.core.counting import counted_training_gflops_per_image, forward_flops_per_image
 from barter_mini.core.models import build_model
-from barter_mini.measure.bench import build_training_step, bench, format_report, ratios
+from barter_mini.measure.bench import (build_training_step, bench, execution_effects, fixed_work, format_report,
+                                      ratios)
 from barter_mini.measure.memory import step_memory, tensor_bytes
+from barter_mini.measure.profile import CATEGORIES, ideal_without_fixed_work, step_profile
 from barter_mini.measure.timing import interleaved_times
 
 KEYS = {"method", "density", "step_ms", "epoch_s", "peak_mem_mb", "train_gflops_per_image", "params"}
@@ -106,3 +108,42 @@ def test_bench_command_line(capsys, tmp_path):
     assert json.loads(out.read_text()) == printed
     assert main(["bench", "--model", "cct-mini", "--methods", "lottery"]) == 2
     assert "unknown method 'lottery'" in capsys.readouterr().err
+
+
+def test_profile_charges_every_operator_to_one_category():
+    """The categories add up to the profiled total; a compact model's products shrink with the
+    density while its stem and LayerNorm work stays, and the method's own work is its own."""
+    profiles = {}
+    for method, density in (("rigl", 0.3), ("barter", 0.1)):
+        setup = build_training_step("cct-mini", method, density, 8, 1000, torch.device("cpu"))
+        setup()
+        profiles[method] = step_profile(setup, steps=2)
+    for profile in profiles.values():
+        assert set(profile) == set(CATEGORIES) | {"total"}
+        assert profile["total"] == pytest.approx(sum(profile[c] for c in CATEGORIES))
+        assert all(profile[c] > 0 for c in ("matmul", "attention", "layernorm", "stem", "elementwise", "optimizer"))
+    assert profiles["barter"]["method"] > 0 and profiles["rigl"]["method"] > 0   # statistics hooks; masking
+    assert profiles["barter"]["matmul"] < profiles["rigl"]["matmul"]
+    fixed = ideal_without_fixed_work(profiles["barter"], profiles["rigl"], ideal_speedup=4.0)
+    assert 0 < fixed["fixed_share"] < 1
+    assert fixed["speedup_without_fixed"] > fixed["profiled_speedup"]   # fixed work narrows the gap
+
+
+def test_bench_measures_executions_side_by_side(capsys):
+    rows = bench("cct-mini", ["rigl", "barter"], [0.3], batch=8, steps=2, warmup=1, segment_steps=1,
+                 update_samples=1, device="cpu", progress=False, executions=["eager", "recompute"],
+                 profile_steps=1)
+    assert [(r["method"], r["execution"]) for r in rows] == [
+        ("rigl", "eager"), ("barter", "eager"), ("rigl", "recompute"), ("barter", "recompute")]
+    by = {(r["method"], r["execution"]): r for r in rows}
+    for method in ("rigl", "barter"):     # the same function, fewer saved activations
+        assert by[method, "recompute"]["saved_activations_mb"] < by[method, "eager"]["saved_activations_mb"]
+        assert by[method, "recompute"]["train_gflops_per_image"] == by[method, "eager"]["train_gflops_per_image"]
+        assert by[method, "recompute"]["compile_s"] == 0
+    assert [r["execution"] for r in ratios(rows)] == ["eager", "recompute"]
+    effects = execution_effects(rows)
+    assert {(e["method"], e["execution"]) for e in effects} == {("rigl", "recompute"), ("barter", "recompute")}
+    assert all(e["memory_fraction"] < 1 for e in effects)
+    assert [f["execution"] for f in fixed_work(rows)] == ["eager", "recompute"]
+    report = format_report(rows)
+    assert "rho=0.3 (recompute): BARTER is" in report and "of eager's" in report and "fixed width-D work" in report

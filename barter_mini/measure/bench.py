@@ -35,14 +35,17 @@ from tqdm import tqdm
 from ..core.barter import BarterController
 from ..core.budgets import check_density, compute_budget
 from ..core.configs import get_model_config
+from ..core.compilation import cold_compile, graphs_compiled
 from ..core.counting import count_parameters, counted_training_gflops_per_image, training_gflops_per_image
+from ..core.execution import EXECUTIONS, Execution
 from ..core.method import MethodController
 from ..core.models import build_model
-from ..errors import BarterError, check_integer
+from ..errors import BarterError, check_integer, choose
 from ..training.methods import MethodSetup, check_methods, get_method
 from ..training.recipes import get_recipe
 from ..training.trainer import RunConfig, make_optimizer, resolve_device
 from .memory import step_memory
+from .profile import METHOD_LABEL, ideal_without_fixed_work, step_profile
 from .timing import interleaved_times, timed
 
 #: what one epoch of each paper dataset holds (training images), for seconds per epoch
@@ -67,6 +70,7 @@ class TrainingStep:
     controller: MethodController
     x: torch.Tensor
     y: torch.Tensor
+    execution: Execution = Execution()
     step: int = 0
     #: the steps at which the controller changes the model (asked once: BARTER scans its schedule)
     changing_steps: list[int] = field(init=False)
@@ -84,16 +88,19 @@ class TrainingStep:
     def run(self, step: int, controller_after_step: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         nn.functional.cross_entropy(self.model(self.x), self.y).backward()
-        self.controller.before_step()
+        with torch.profiler.record_function(METHOD_LABEL):
+            self.controller.before_step()
         self.optimizer.step()
         if controller_after_step:
-            self.controller.after_step(step)
+            with torch.profiler.record_function(METHOD_LABEL):
+                self.controller.after_step(step)
 
 
 def build_training_step(model_name: str, method: str, density: float, batch: int, total_steps: int,
-                        device: torch.device, seed: int = 0) -> TrainingStep:
+                        device: torch.device, seed: int = 0, execution: Execution = Execution()) -> TrainingStep:
     """The model, AdamW and controller that ``barter-mini train --method METHOD`` would use,
-    with the paper recipe's update schedule over ``total_steps``."""
+    with the paper recipe's update schedule over ``total_steps``, executed as ``execution``
+    says (``--compile``, ``--recompute``)."""
     config = get_model_config(model_name)
     run = RunConfig(method=method, model=model_name, density=density, seed=seed, recipe="paper").validate()
     recipe = replace(get_recipe("paper", config.family), lr=1e-4)
@@ -105,11 +112,14 @@ def build_training_step(model_name: str, method: str, density: float, batch: int
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, config.in_chans, config.img_size, config.img_size, generator=generator).to(device)
     y = torch.randint(0, config.num_classes, (batch,), generator=generator).to(device)
-    return TrainingStep(method, run.density, model, optimizer, controller, x, y)
+    execution.apply(model)
+    return TrainingStep(method, run.density, model, optimizer, controller, x, y, execution)
 
 
-def check_bench_arguments(model: str, methods, densities, batch: int, steps: int) -> list[tuple[str, float]]:
-    """The (method, density) cases to measure, dense once at rho = 1; one-line errors otherwise."""
+def check_bench_arguments(model: str, methods, densities, batch: int, steps: int,
+                          executions=("eager",), profile_steps: int = 0) -> list[tuple[str, float, str]]:
+    """The (method, density, execution) cases to measure, dense once at rho = 1 (per
+    execution); one-line errors otherwise."""
     config = get_model_config(model)
     methods = check_methods(methods)
     if not densities:
@@ -120,9 +130,15 @@ def check_bench_arguments(model: str, methods, densities, batch: int, steps: int
             compute_budget(config, density)
     check_integer("batch", batch)
     check_integer("steps", steps)
+    check_integer("profile_steps", profile_steps, minimum=0)
+    if isinstance(executions, str) or not executions:
+        raise BarterError(f"executions must list at least one of {', '.join(EXECUTIONS)}")
+    for execution in executions:
+        choose("execution", execution, EXECUTIONS)
+    executions = list(dict.fromkeys(executions))
     fixed = [(m, get_method(m).fixed_density) for m in methods if get_method(m).fixed_density is not None]
     cases = [(m, check_density(d)) for d in densities for m in methods if get_method(m).fixed_density is None]
-    return fixed + cases
+    return [(m, d, e) for e in executions for m, d in fixed + cases]
 
 
 def compute_and_size(setup: TrainingStep) -> dict:
@@ -137,7 +153,7 @@ def compute_and_size(setup: TrainingStep) -> dict:
 def compute_and_size_rows(model: str = "cct-paper", methods=DEFAULT_METHODS, densities=DEFAULT_DENSITIES) -> list[dict]:
     """:func:`compute_and_size` of every method and density, without timing anything."""
     rows = []
-    for method, density in check_bench_arguments(model, methods, densities, 1, 1):
+    for method, density, _ in check_bench_arguments(model, methods, densities, 1, 1):
         setup = build_training_step(model, method, density, 1, 1000, torch.device("cpu"))
         rows.append({"model": model, "method": method, "density": density, **compute_and_size(setup)})
     return rows
@@ -147,8 +163,15 @@ def update_cost(setup: TrainingStep, samples: int, device: torch.device) -> dict
     """Median seconds of one ``after_step`` at an update step that changes the topology
     (the first ``samples`` such steps of the schedule, where the cosine schedule moves the
     most units; training steps before each so statistics and gradients are current), and
-    that cost times the number of such steps over the whole schedule (Table 17)."""
-    times, moved = [], 0
+    that cost times the number of such steps over the whole schedule (Table 17).
+
+    ``after_update_step_s`` are the seconds of the first training step after each of those
+    updates and the graphs compiled during it: where the layers are compiled, that step
+    recompiles whatever graph the new shapes need (none where a graph for their shape class
+    exists); ``update_graphs_compiled`` is their sum.
+    """
+    times, after, moved = [], [], 0
+    graphs_before = graphs_compiled()
     for step in setup.changing_steps[:samples]:
         setup.run(step - 1)                        # the method's bookkeeping sees step - 1
         setup.run(step, controller_after_step=False)
@@ -157,9 +180,34 @@ def update_cost(setup: TrainingStep, samples: int, device: torch.device) -> dict
         records = {}
         times.append(timed(lambda: records.update(setup.controller.after_step(step) or {}), device))
         moved += sum(record.executed for record in records.values() if hasattr(record, "executed"))
+        graphs = graphs_compiled()
+        seconds = timed(lambda: setup.run(step + 1, controller_after_step=False), device)
+        after.append((seconds, graphs_compiled() - graphs))
     median = statistics.median(times)
     return {"update_ms": 1000 * median, "updates_per_schedule": len(setup.changing_steps),
-            "update_s_per_schedule": median * len(setup.changing_steps), "update_units_moved": moved}
+            "update_s_per_schedule": median * len(setup.changing_steps), "update_units_moved": moved,
+            "after_update_step_s": after, "update_graphs_compiled": graphs_compiled() - graphs_before}
+
+
+NO_UPDATES = {"update_ms": 0.0, "updates_per_schedule": 0, "update_s_per_schedule": 0.0, "update_units_moved": 0,
+              "after_update_step_s": [], "update_graphs_compiled": 0}
+
+
+def compile_cost(first_step_s: float, step_s: float, updates: dict, total_steps: int) -> dict:
+    """What compiling costs a whole run of the paper's schedule: the first step's excess over
+    a compiled step (tracing and compiling every graph), plus each update's recompilation
+    (the excess of the step after it, where that step compiled a graph), the sampled
+    updates' mean times every update of the schedule (BARTER's 21 / 61 / 103 / 147 at rho
+    0.1 / 0.3 / 0.5 / 0.7 in the paper). That is an upper bound: a graph, once compiled for
+    a shape class, is reused, so later updates recompile less than the first ones sampled."""
+    compile_s = max(0.0, first_step_s - step_s)
+    after = updates["after_update_step_s"]
+    # a step that compiled nothing recompiled nothing: its excess is noise, counted as 0
+    excess = [max(0.0, seconds - step_s) if graphs else 0.0 for seconds, graphs in after]
+    recompile_s = statistics.mean(excess) if excess else 0.0
+    per_schedule = compile_s + recompile_s * updates["updates_per_schedule"]
+    return {"compile_s": compile_s, "recompile_s_per_update": recompile_s,
+            "compile_s_per_schedule": per_schedule, "compile_ms_per_step": 1000 * per_schedule / total_steps}
 
 
 def _age_statistics(controller, step: int) -> None:
@@ -176,9 +224,14 @@ def _age_statistics(controller, step: int) -> None:
 
 def bench(model: str = "cct-paper", methods=DEFAULT_METHODS, densities=DEFAULT_DENSITIES, batch: int = 32,
           steps: int = 5, warmup: int = 2, segment_steps: int = 3, update_samples: int = 3,
-          device: str = "auto", seed: int = 0, progress: bool = True) -> list[dict]:
-    """Measure every (method, density) of the grid in one run; one row each (see the module)."""
-    cases = check_bench_arguments(model, methods, densities, batch, steps)
+          device: str = "auto", seed: int = 0, progress: bool = True, executions=("eager",),
+          profile_steps: int = 0) -> list[dict]:
+    """Measure every (method, density, execution) of the grid in one run; one row each (see
+    the module). ``executions`` are names of :data:`~barter_mini.core.execution.EXECUTIONS`:
+    ``eager``, ``compiled``, ``recompute``. With ``profile_steps``,
+    each case also runs that many steps under the profiler: ``profile_CATEGORY_ms`` columns
+    (:func:`~barter_mini.measure.profile.step_profile`)."""
+    cases = check_bench_arguments(model, methods, densities, batch, steps, executions, profile_steps)
     device = resolve_device(device)
     config = get_model_config(model)
     recipe = get_recipe("paper", config.family)
@@ -186,20 +239,28 @@ def bench(model: str = "cct-paper", methods=DEFAULT_METHODS, densities=DEFAULT_D
     total_steps = recipe.epochs * steps_per_epoch
     bar = tqdm(total=len(cases) * 2 + 1, desc="bench", disable=not progress)
 
+    def build(case) -> TrainingStep:
+        method, density, execution = case
+        return build_training_step(model, method, density, batch, total_steps, device, seed, EXECUTIONS[execution])
+
     # Memory first, each setup's first step. On a GPU one setup at a time (built, measured,
     # freed) so that the allocator's peak holds nothing of the others; on the CPU the
-    # saved-tensor accounting needs no isolation, and the setups are kept for timing.
-    rows, setups = {}, {}
+    # saved-tensor accounting needs no isolation, and the setups are kept for timing. A
+    # compiled setup takes one step first: that step compiles, and it is timed.
+    rows, setups, first_step_s = {}, {}, {}
     for case in cases:
         if device.type == "cuda":
             torch.cuda.empty_cache()
         before = torch.cuda.memory_allocated() if device.type == "cuda" else 0
-        setup = build_training_step(model, *case, batch, total_steps, device, seed)
-        if device.type == "cuda":
+        setup = build(case)
+        if setup.execution.compile:
+            with cold_compile():
+                first_step_s[case] = timed(setup, device)
+        elif device.type == "cuda":
             setup()                                # so that optimizer state exists during the peak
         memory = step_memory(setup, setup.model, setup.optimizer, setup.controller, device, before)
-        rows[case] = {"model": model, "method": case[0], "density": case[1], "batch": batch,
-                      "device": device.type, **compute_and_size(setup), **memory}
+        rows[case] = {"model": model, "method": case[0], "density": case[1], "execution": case[2],
+                      "batch": batch, "device": device.type, **compute_and_size(setup), **memory}
         if device.type != "cuda":
             setups[case] = setup
         del setup
@@ -207,7 +268,10 @@ def bench(model: str = "cct-paper", methods=DEFAULT_METHODS, densities=DEFAULT_D
 
     # Then time all of them interleaved, and a contiguous segment each.
     if device.type == "cuda":
-        setups = {case: build_training_step(model, *case, batch, total_steps, device, seed) for case in cases}
+        setups = {case: build(case) for case in cases}
+    for setup in setups.values():
+        if setup.execution.compile:    # a later cold compile forgot its graphs: none is compiled in a timed step
+            setup()
     times = interleaved_times(setups, steps, warmup, device)
     bar.update()
     for case, setup in setups.items():
@@ -218,54 +282,118 @@ def bench(model: str = "cct-paper", methods=DEFAULT_METHODS, densities=DEFAULT_D
         # BARTER's update cost is a target (Table 17); a masked method's is timed once, so
         # that its epoch time includes it too
         samples = update_samples if isinstance(setup.controller, BarterController) else 1
-        updates = update_cost(setup, samples, device) if setup.changing_steps else {
-            "update_ms": 0.0, "updates_per_schedule": 0, "update_s_per_schedule": 0.0, "update_units_moved": 0}
+        updates = update_cost(setup, samples, device) if setup.changing_steps else dict(NO_UPDATES)
+        compiling = (compile_cost(first_step_s[case], step_s, updates, total_steps) if setup.execution.compile
+                     else compile_cost(0.0, 0.0, NO_UPDATES, total_steps))
         update_s_per_step = updates["update_s_per_schedule"] / total_steps
+        per_step_s = segment_s + update_s_per_step + compiling["compile_ms_per_step"] / 1000
         row.update({"step_ms": 1000 * step_s, "step_ms_q1": 1000 * quartiles[0], "step_ms_q3": 1000 * quartiles[2],
                     "segment_ms_per_step": 1000 * segment_s,
                     "steps_per_epoch": steps_per_epoch,
-                    "epoch_s": (segment_s + update_s_per_step) * steps_per_epoch,
+                    "epoch_s": per_step_s * steps_per_epoch,
                     **updates, "update_ms_per_step": 1000 * update_s_per_step,
-                    "update_percent_of_training": 100 * update_s_per_step / (segment_s + update_s_per_step)})
+                    "update_percent_of_training": 100 * update_s_per_step / per_step_s, **compiling})
+        if profile_steps:
+            row.update({f"profile_{category}_ms": ms for category, ms in step_profile(setup, profile_steps).items()})
         bar.update()
     bar.close()
     return [rows[case] for case in cases]
 
 
 def ratios(rows: list[dict], method: str = "barter", against: str = "rigl") -> list[dict]:
-    """Per density: ``against``'s step time and peak memory over ``method``'s, beside the
-    FLOPs-ideal ratio; ``efficiency`` is measured speedup / ideal speedup."""
-    by_case = {(r["method"], r["density"]): r for r in rows}
+    """Per execution and density: ``against``'s step time and peak memory over ``method``'s,
+    beside the FLOPs-ideal ratio; ``efficiency`` is measured speedup / ideal speedup. Both
+    run the same execution (eager, compiled, ...), so the comparison stays fair."""
+    by_case = {(r["method"], r["density"], r.get("execution", "eager")): r for r in rows}
     out = []
-    for density in sorted({r["density"] for r in rows if r["method"] == method}):
-        ours, theirs = by_case.get((method, density)), by_case.get((against, density))
-        if ours is None or theirs is None:
+    for execution in dict.fromkeys(r.get("execution", "eager") for r in rows):
+        for density in sorted({d for m, d, e in by_case if m == method and e == execution}):
+            ours, theirs = by_case.get((method, density, execution)), by_case.get((against, density, execution))
+            if ours is None or theirs is None:
+                continue
+            speedup = theirs["step_ms"] / ours["step_ms"]
+            ideal = theirs["train_gflops_per_image"] / ours["train_gflops_per_image"]
+            out.append({"execution": execution, "density": density, "speedup": speedup, "ideal_speedup": ideal,
+                        "efficiency": speedup / ideal,
+                        "epoch_speedup": theirs["epoch_s"] / ours["epoch_s"],
+                        "memory_fraction": ours["peak_mem_mb"] / theirs["peak_mem_mb"],
+                        "update_percent_of_training": ours["update_percent_of_training"]})
+    return out
+
+
+def execution_effects(rows: list[dict], baseline: str = "eager") -> list[dict]:
+    """Per method, density and execution other than ``baseline``: its step time and peak
+    memory against the ``baseline`` execution's of the same method and density, and what
+    compiling cost (seconds at the first step, per update, over the paper's schedule)."""
+    by_case = {(r["method"], r["density"], r.get("execution", "eager")): r for r in rows}
+    out = []
+    for (method, density, execution), row in by_case.items():
+        base = by_case.get((method, density, baseline))
+        if execution == baseline or base is None:
             continue
-        speedup = theirs["step_ms"] / ours["step_ms"]
-        ideal = theirs["train_gflops_per_image"] / ours["train_gflops_per_image"]
-        out.append({"density": density, "speedup": speedup, "ideal_speedup": ideal,
-                    "efficiency": speedup / ideal,
-                    "epoch_speedup": theirs["epoch_s"] / ours["epoch_s"],
-                    "memory_fraction": ours["peak_mem_mb"] / theirs["peak_mem_mb"],
-                    "update_percent_of_training": ours["update_percent_of_training"]})
+        out.append({"method": method, "density": density, "execution": execution,
+                    "step_speedup": base["step_ms"] / row["step_ms"],
+                    "epoch_speedup": base["epoch_s"] / row["epoch_s"],
+                    "memory_fraction": row["peak_mem_mb"] / base["peak_mem_mb"],
+                    "compile_s": row.get("compile_s", 0.0),
+                    "recompile_s_per_update": row.get("recompile_s_per_update", 0.0),
+                    "compile_s_per_schedule": row.get("compile_s_per_schedule", 0.0),
+                    "updates_per_schedule": row["updates_per_schedule"]})
+    return out
+
+
+def fixed_work(rows: list[dict], method: str = "barter", against: str = "rigl") -> list[dict]:
+    """Per execution and density where both were profiled (``profile_steps``): BARTER's
+    fixed work (ms, share of its step) and the efficiency it would reach without it
+    (:func:`~barter_mini.measure.profile.ideal_without_fixed_work`)."""
+    out = []
+    by_case = {(r["method"], r["density"], r.get("execution", "eager")): r for r in rows}
+    for ratio in ratios(rows, method, against):
+        key = (ratio["density"], ratio["execution"])
+        ours, theirs = by_case[(method, *key)], by_case[(against, *key)]
+        if "profile_total_ms" not in ours or "profile_total_ms" not in theirs:
+            continue
+        profiles = [{k[len("profile_"):-len("_ms")]: v for k, v in r.items() if k.startswith("profile_")}
+                    for r in (ours, theirs)]
+        out.append({"execution": ratio["execution"], "density": ratio["density"],
+                    "ideal_speedup": ratio["ideal_speedup"], "efficiency": ratio["efficiency"],
+                    **ideal_without_fixed_work(*profiles, ratio["ideal_speedup"])})
     return out
 
 
 def format_report(rows: list[dict]) -> str:
-    """Each density's figures per method, then BARTER against RigL beside the FLOPs ideal."""
+    """Each execution's and density's figures per method, then BARTER against RigL beside
+    the FLOPs ideal, and each execution against eager."""
     lines = []
     header = (f"{'method':<16}{'density':>8}{'ms/step':>10}{'s/epoch':>10}{'peak MB':>10}"
               f"{'GFLOPs':>9}{'params':>11}{'update %':>10}")
-    for density in sorted({r["density"] for r in rows}):
-        lines += [f"density {density:g}", header]
-        for r in (r for r in rows if r["density"] == density):
-            lines.append(f"{r['method']:<16}{r['density']:>8g}{r['step_ms']:>10.1f}{r['epoch_s']:>10.1f}"
-                         f"{r['peak_mem_mb']:>10.1f}{r['train_gflops_per_image']:>9.3f}{r['params']:>11,}"
-                         f"{r['update_percent_of_training']:>10.4f}")
-        lines.append("")
+    executions = list(dict.fromkeys(r.get("execution", "eager") for r in rows))
+    for execution in executions:
+        chosen = [r for r in rows if r.get("execution", "eager") == execution]
+        for density in sorted({r["density"] for r in chosen}):
+            lines += [f"density {density:g}" + (f", {execution}" if len(executions) > 1 else ""), header]
+            for r in (r for r in chosen if r["density"] == density):
+                lines.append(f"{r['method']:<16}{r['density']:>8g}{r['step_ms']:>10.1f}{r['epoch_s']:>10.1f}"
+                             f"{r['peak_mem_mb']:>10.1f}{r['train_gflops_per_image']:>9.3f}{r['params']:>11,}"
+                             f"{r['update_percent_of_training']:>10.4f}")
+            lines.append("")
     for ratio in ratios(rows):
-        lines.append(f"rho={ratio['density']:g}: BARTER is {ratio['speedup']:.2f}x faster per step than RigL "
+        where = f" ({ratio['execution']})" if len(executions) > 1 else ""
+        lines.append(f"rho={ratio['density']:g}{where}: BARTER is {ratio['speedup']:.2f}x faster per step than RigL "
                      f"(FLOPs-ideal {ratio['ideal_speedup']:.2f}x, {ratio['efficiency']:.2f} of ideal), "
                      f"peak memory {100 * ratio['memory_fraction']:.1f} % of RigL's, "
                      f"topology updates {ratio['update_percent_of_training']:.4f} % of training time")
+    for fixed in fixed_work(rows):
+        where = f" ({fixed['execution']})" if len(executions) > 1 else ""
+        lines.append(f"rho={fixed['density']:g}{where}: fixed width-D work (LayerNorm, stem, elementwise) is "
+                     f"{fixed['fixed_ms']:.0f} ms, {100 * fixed['fixed_share']:.0f} % of BARTER's profiled step "
+                     f"(RigL's: {fixed['rigl_fixed_ms']:.0f} ms); without it in both, BARTER would be "
+                     f"{fixed['speedup_without_fixed']:.2f}x faster, {fixed['efficiency_without_fixed']:.2f} of ideal")
+    for effect in execution_effects(rows):
+        compiled = (f"; compiling {effect['compile_s']:.1f} s, {effect['recompile_s_per_update']:.2f} s per update, "
+                    f"{effect['compile_s_per_schedule']:.0f} s over {effect['updates_per_schedule']} updates"
+                    if "compiled" in effect["execution"] else "")
+        lines.append(f"{effect['method']} rho={effect['density']:g} {effect['execution']}: "
+                     f"{effect['step_speedup']:.2f}x the eager step speed, peak memory "
+                     f"{100 * effect['memory_fraction']:.1f} % of eager's{compiled}")
     return "\n".join(lines)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from timm.layers import PatchEmbed, trunc_normal_
 
 from ..budgets import Allocation
@@ -55,6 +56,11 @@ class CompactCCT(CompactTransformer):
     LayerNorm; sequence pooling ``softmax(Linear(D, 1))`` over tokens; a linear classifier.
     """
 
+    #: rebuild the tokenizer's activations in backward from the images instead of keeping them
+    #: (``--recompute``): its conv output, pool indices and ReLU output are the model's widest
+    #: tensors (58 MB of a cct-paper step at batch 32), one conv forward (~4 ms) rebuilds them
+    recompute_stem: bool = False
+
     def __init__(self, config: ModelConfig, allocation: Allocation, drop_path: float = 0.0):
         super().__init__()
         self.config = config
@@ -85,7 +91,12 @@ class CompactCCT(CompactTransformer):
         # the residual stream stays contiguous through every block. Same function; on two
         # CPU cores a BARTER step of cct-paper at rho = 0.1 is about 15 % faster, because
         # these width-D copies do not shrink with the density (see barter_mini.measure.bench).
-        x = self.tokenizer(x.contiguous(memory_format=torch.channels_last))
+        x = x.contiguous(memory_format=torch.channels_last)
+        if self.recompute_stem and torch.is_grad_enabled():
+            # deterministic (no dropout in the stem): no RNG state to stash
+            x = checkpoint(self.tokenizer, x, use_reentrant=False, preserve_rng_state=False)
+        else:
+            x = self.tokenizer(x)
         x = x.flatten(2).transpose(1, 2) + self.pos_embed
         for block in self.blocks:
             x = block(x)

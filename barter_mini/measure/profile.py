@@ -1,0 +1,98 @@
+"""Where a training step's time goes, by kind of work: the profile behind BARTER's distance
+from the FLOPs ideal at low density (issue 13).
+
+The FLOPs-ideal speedup ``FLOPs(RigL) / FLOPs(BARTER)`` counts matrix products and
+attention, the work that shrinks with the density. A step also does work whose size is
+set by the embedding width D and the tokens alone, the same for every method at every
+density, with almost no FLOPs but a full pass over memory each: LayerNorms, residual adds,
+bias adds, the stem (the CCT tokenizer's convolution, pool and ReLU; ViT's patch
+embedding). At rho = 0.1 a compact model's products are ten times cheaper, that fixed work
+is not, so it takes a growing share of BARTER's step; :func:`ideal_without_fixed_work` says
+how close to the ideal BARTER would be if that work cost nothing in both methods.
+
+:func:`step_profile` runs a few steps under ``torch.profiler`` and charges every operator's
+own (self) CPU time to a category by the outermost ATen operator it runs under (a ``fill_``
+inside ``max_pool2d_with_indices_backward`` is the stem's; the ``copy_`` of a bias inside
+``addmm`` is the product's), and to ``optimizer`` or ``method`` where it runs inside the
+optimizer's step or the method's own per-step work (BARTER's statistics hooks, a masked
+method's gradient and weight masking).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from ..core.unit_statistics import PROFILE_LABEL as STATISTICS_LABEL
+
+#: the profiler label of a method's per-step work (``TrainingStep.run`` wraps it)
+METHOD_LABEL = "barter_mini.method_step"
+
+#: categories that shrink with the density (products, attention) and those that do not
+SCALING = ("matmul", "attention")
+FIXED = ("layernorm", "stem", "elementwise")
+CATEGORIES = SCALING + FIXED + ("optimizer", "method", "other")
+
+#: outermost ATen operator -> category (prefix match, first hit); the rest is elementwise
+_OPERATORS = (
+    (("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"), "matmul"),
+    (("aten::_scaled_dot_product", "aten::scaled_dot_product"), "attention"),
+    (("aten::native_layer_norm", "aten::layer_norm"), "layernorm"),
+    (("aten::convolution", "aten::_convolution", "aten::mkldnn_convolution", "aten::conv",
+      "aten::max_pool", "aten::relu", "aten::threshold", "aten::clamp_min"), "stem"),
+)
+
+
+def _category_of_operator(name: str) -> str:
+    for prefixes, category in _OPERATORS:
+        if name.startswith(prefixes):
+            return category
+    return "elementwise"
+
+
+def categorize(event) -> str:
+    """The category of one profiler event's self time (see the module)."""
+    outermost_aten = event.name if event.name.startswith("aten::") else None
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("Optimizer.step") or parent.name.startswith("Optimizer.zero_grad"):
+            return "optimizer"
+        if parent.name in (METHOD_LABEL, STATISTICS_LABEL):
+            return "method"
+        if parent.name.startswith("aten::"):
+            outermost_aten = parent.name
+        parent = parent.cpu_parent
+    if event.name.startswith("Optimizer."):
+        return "optimizer"
+    if event.name in (METHOD_LABEL, STATISTICS_LABEL):
+        return "method"
+    return _category_of_operator(outermost_aten) if outermost_aten else "other"
+
+
+def step_profile(step, steps: int = 3) -> dict[str, float]:
+    """Milliseconds per step of each category (:data:`CATEGORIES`) and ``total``, over
+    ``steps`` calls of ``step`` (one training step each) under ``torch.profiler`` (CPU
+    operator times; on a GPU the host's side of each operator)."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    totals = dict.fromkeys(CATEGORIES, 0.0)
+    for event in prof.events():
+        totals[categorize(event)] += event.self_cpu_time_total / 1000
+    out = {category: ms / steps for category, ms in totals.items()}
+    out["total"] = sum(out.values())
+    return out
+
+
+def ideal_without_fixed_work(ours: dict, theirs: dict, ideal_speedup: float) -> dict:
+    """From two profiles (``ours``: BARTER, ``theirs``: RigL, same density and execution):
+    the fixed work's share of each step, and the speedup and efficiency (speedup / FLOPs
+    ideal) BARTER would reach if :data:`FIXED` work cost nothing in both,
+    ``(T_theirs - F_theirs) / (T_ours - F_ours)``."""
+    fixed_ours, fixed_theirs = (sum(p[c] for c in FIXED) for p in (ours, theirs))
+    speedup = theirs["total"] / ours["total"]
+    without = (theirs["total"] - fixed_theirs) / (ours["total"] - fixed_ours)
+    return {"fixed_ms": fixed_ours, "fixed_share": fixed_ours / ours["total"],
+            "rigl_fixed_ms": fixed_theirs, "profiled_speedup": speedup,
+            "profiled_efficiency": speedup / ideal_speedup,
+            "speedup_without_fixed": without, "efficiency_without_fixed": without / ideal_speedup}

@@ -1,0 +1,153 @@
+"""How a step executes (``--compile``, ``--recompute``): the plain model's function and
+gradients either way, and a schedule of topology updates does not recompile the compiled
+layers at every update."""
+
+import copy
+
+import pytest
+import torch
+
+from barter_mini.core import compilation
+from barter_mini.core.compilation import compile_layers, graphs_compiled, is_compiled
+from barter_mini.core.configs import get_model_config
+from barter_mini.core.execution import EXECUTIONS, Execution
+from barter_mini.core.models import build_model
+from barter_mini.core.surgery import regather_units, unit_count
+from barter_mini.errors import BarterError
+from barter_mini.measure.bench import build_training_step, check_bench_arguments
+from barter_mini.measure.memory import step_memory
+from barter_mini.training.trainer import RunConfig, train
+
+
+def outputs_and_gradients(model, x):
+    model.zero_grad(set_to_none=True)
+    out = model(x)
+    out.square().sum().backward()
+    return out.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+def test_inductor_compiled_layers_match_the_plain_model():
+    """The real backend (inductor, C++ kernels): outputs and every gradient agree with the
+    eager model to float32 rounding, in training and in evaluation."""
+    torch.manual_seed(0)
+    plain = build_model(get_model_config("cct-mini"), 0.3)
+    compiled = compile_layers(copy.deepcopy(plain))
+    assert is_compiled(compiled) and not is_compiled(plain)
+    assert compiled.state_dict().keys() == plain.state_dict().keys()
+    x = torch.randn(8, 1, 28, 28)
+    out, grads = outputs_and_gradients(compiled, x)
+    expected, expected_grads = outputs_and_gradients(plain, x)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    for name, grad in expected_grads.items():
+        torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled.eval()(x), plain.eval()(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture
+def aot_eager(monkeypatch):
+    """The same Dynamo graphs and guards without inductor's C++ compile (seconds, not minutes)."""
+    monkeypatch.setattr(compilation, "BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def move_units(model, optimizer, kind: str, donor: int, receiver: int, count: int) -> None:
+    """The surgery of one transfer: ``donor`` loses its last ``count`` units, ``receiver``
+    gains clones of its first ones (tensors and optimizer state resized, as BARTER does)."""
+    have = [unit_count(block, kind) for block in model.blocks]
+    regather_units(model.blocks[donor], kind, torch.arange(have[donor] - count),
+                   torch.ones(have[donor] - count), optimizer)
+    regather_units(model.blocks[receiver], kind, torch.arange(have[receiver] + count) % have[receiver],
+                   torch.ones(have[receiver] + count), optimizer)
+
+
+@pytest.mark.parametrize("model_name", ["cct-mini", "vit-mini"])
+def test_a_schedule_of_topology_updates_reuses_a_few_graphs(aot_eager, model_name):
+    """Transfers change the layers' head and channel counts at every update; with symbolic
+    shapes the layers share a handful of graphs (one-head layers, the first layer's input
+    layout, ...) and once those exist an update compiles nothing; the gradients still match
+    an eager model holding the same weights."""
+    setup = build_training_step(model_name, "static", 0.3, 8, 4000, torch.device("cpu"),
+                                execution=Execution(compile=True))
+    start = graphs_compiled()
+    setup()
+    generator = torch.Generator().manual_seed(0)
+    allocations, per_update = [setup.model.allocation()], []
+    for update in range(16):
+        kind = ("heads", "ffn")[update % 2]
+        have = [unit_count(block, kind) for block in setup.model.blocks]
+        # heads leave layer 0 until it has one (a shape Dynamo specialises), channels the widest layer
+        donor = 0 if kind == "heads" and have[0] > 1 else max(range(len(have)), key=have.__getitem__)
+        receiver = int(torch.randint(len(have), (1,), generator=generator))
+        if receiver == donor:
+            receiver = (donor + 1) % len(have)
+        move_units(setup.model, setup.optimizer, kind, donor, receiver, 1 if kind == "heads" else 3)
+        before = graphs_compiled()
+        setup()
+        per_update.append(graphs_compiled() - before)
+        allocations.append(setup.model.allocation())
+    assert all(a != b for a, b in zip(allocations, allocations[1:])), "every update should change shapes"
+    assert len(set(allocations)) >= 10
+    assert any(1 in allocation.heads for allocation in allocations), "a one-head layer should have occurred"
+    assert graphs_compiled() - start <= 8, per_update
+    assert sum(per_update[8:]) == 0, per_update
+    plain = build_model(setup.model.config, allocation=setup.model.allocation())
+    plain.load_state_dict(setup.model.state_dict())
+    out, grads = outputs_and_gradients(setup.model, setup.x)
+    expected, expected_grads = outputs_and_gradients(plain, setup.x)
+    torch.testing.assert_close(out, expected)
+    for name, grad in expected_grads.items():
+        torch.testing.assert_close(grads[name], grad, msg=name)
+
+
+def test_train_with_compile_or_recompute(aot_eager, tmp_path):
+    run = dict(method="barter", model="cct-mini", dataset="digits", density=0.5, seed=1,
+               recipe="smoke", epochs=1, progress=False)
+    metrics = train(RunConfig(**run, compile=True), tmp_path / "compiled")
+    plain = train(RunConfig(**run), tmp_path / "plain")
+    assert metrics["run"]["compile"] and not metrics["run"]["recompute"]
+    assert metrics["graphs_compiled"] >= 1 and plain["graphs_compiled"] == 0
+    assert metrics["transfers_executed"] == plain["transfers_executed"]
+    assert metrics["test_acc"] == pytest.approx(plain["test_acc"], abs=0.05)
+    # recomputation rebuilds the very tensors it did not keep: the run is the plain one, bit for bit
+    recomputed = train(RunConfig(**run, recompute=True), tmp_path / "recomputed")
+    for key in ("test_acc", "val_acc", "allocation_history", "transfers_executed", "update_losses"):
+        assert recomputed[key] == plain[key], key
+    assert recomputed["graphs_compiled"] == 0
+
+
+def test_executions_and_their_bad_names():
+    assert list(EXECUTIONS) == ["eager", "compiled", "recompute"]
+    cases = check_bench_arguments("cct-mini", ["dense", "barter"], [0.3], 4, 1, ["eager", "compiled"])
+    assert cases == [("dense", 1.0, "eager"), ("barter", 0.3, "eager"),
+                     ("dense", 1.0, "compiled"), ("barter", 0.3, "compiled")]
+    with pytest.raises(BarterError, match="unknown execution 'fast'"):
+        check_bench_arguments("cct-mini", ["barter"], [0.3], 4, 1, ["fast"])
+    with pytest.raises(BarterError, match="compile must be true or false"):
+        RunConfig(compile="yes").validate()
+    with pytest.raises(BarterError, match="cannot be combined"):
+        RunConfig(compile=True, recompute=True).validate()
+
+
+def test_recompute_rebuilds_the_cct_stem_with_the_same_gradients_and_less_memory():
+    torch.manual_seed(0)
+    plain = build_model(get_model_config("cct-mini"), 0.3)
+    recomputed = Execution(recompute=True).apply(copy.deepcopy(plain))
+    assert recomputed.recompute_stem and not plain.recompute_stem
+    x = torch.randn(8, 1, 28, 28)
+    out, grads = outputs_and_gradients(recomputed, x)
+    expected, expected_grads = outputs_and_gradients(plain, x)
+    assert torch.equal(out, expected)
+    for name, grad in expected_grads.items():
+        assert torch.equal(grads[name], grad), name
+
+    def saved_mb(model):
+        optimizer = torch.optim.AdamW(model.parameters())
+        step = lambda: model(x).square().sum().backward()      # noqa: E731
+        return step_memory(step, model, optimizer)["saved_activations_mb"]
+
+    with_stem = saved_mb(recomputed)
+    recomputed.recompute_stem = False
+    assert with_stem < saved_mb(recomputed) < saved_mb(plain)
