@@ -17,6 +17,9 @@ class BenchProfile:
 
     ``paper_models`` (model, batch) are benchmarked for the paper's efficiency tables; the
     profile's own training model is benchmarked at its recipe's batch for Figure 1.
+    ``profile_steps`` steps of every case run under the profiler (where the time goes);
+    ``executions`` are measured side by side for RigL and BARTER on every paper model at the
+    lowest of the notebook's densities (all of them where ``all_densities_executed``).
     """
 
     paper_models: tuple[tuple[str, int], ...]
@@ -24,15 +27,21 @@ class BenchProfile:
     warmup: int
     segment_steps: int
     update_samples: int
+    profile_steps: int = 2
+    executions: tuple[str, ...] = ("eager", "compiled", "recompute")
+    all_densities_executed: bool = False
 
 
 BENCH_PROFILES = {
-    "smoke": BenchProfile((("cct-mini", 16),), steps=2, warmup=1, segment_steps=1, update_samples=1),
-    "quick": BenchProfile((("cct-paper", 32),), steps=3, warmup=1, segment_steps=2, update_samples=2),
+    # the smoke profile skips the compiled execution: a first compile takes half a minute per case here
+    "smoke": BenchProfile((("cct-mini", 16),), steps=2, warmup=1, segment_steps=1, update_samples=1,
+                          profile_steps=1, executions=("eager", "recompute")),
+    "quick": BenchProfile((("cct-paper", 32), ("vit-paper", 32)), steps=3, warmup=1, segment_steps=2,
+                          update_samples=2),
     "long": BenchProfile((("cct-paper", 32), ("vit-paper", 32)), steps=5, warmup=2, segment_steps=3,
-                         update_samples=3),
+                         update_samples=3, profile_steps=3, all_densities_executed=True),
     "paper": BenchProfile((("cct-paper", 128), ("vit-paper", 256)), steps=20, warmup=5, segment_steps=50,
-                          update_samples=5),
+                          update_samples=5, profile_steps=5, all_densities_executed=True),
 }
 
 

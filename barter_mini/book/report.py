@@ -88,6 +88,17 @@ COMPUTE_COLUMNS = {"model": "model", "method": "method", "density": "density",
 RATIO_COLUMNS = {"density": "density", "speedup": "speedup per step", "ideal_speedup": "FLOPs-ideal speedup",
                  "efficiency": "efficiency", "epoch_speedup": "speedup per epoch",
                  "memory_fraction": "memory share", "update_percent_of_training": "updates (% of training)"}
+#: BARTER's fixed work and the efficiency without it (from :func:`barter_mini.measure.bench.fixed_work`)
+FIXED_WORK_COLUMNS = {"model": "model", "execution": "execution", "density": "density",
+                      "efficiency": "efficiency (timed)", "fixed_ms": "fixed work (ms/step)",
+                      "fixed_share": "fixed share of BARTER's step", "rigl_fixed_ms": "RigL's fixed work (ms/step)",
+                      "efficiency_without_fixed": "efficiency without fixed work"}
+#: an execution against eager (from :func:`barter_mini.measure.bench.execution_effects`)
+EXECUTION_COLUMNS = {"model": "model", "method": "method", "density": "density", "execution": "execution",
+                     "step_speedup": "step speedup over eager", "memory_fraction": "peak memory / eager's",
+                     "compile_s": "first compile (s)", "recompile_s_per_update": "recompile per update (s)",
+                     "updates_per_schedule": "updates per schedule",
+                     "compile_s_per_schedule": "compiling over a schedule (s)"}
 #: the topology updates' cost per method and density (bench rows)
 UPDATE_COST_COLUMNS = {"method": "method", "density": "density", "update_ms": "ms/update",
                        "updates_per_schedule": "updates per schedule", "update_s_per_schedule": "s per schedule",
@@ -321,4 +332,49 @@ def plot_accuracy_against_step_time(points: pd.DataFrame):
     ax.set_xlabel("median training step time (ms)")
     ax.set_ylabel("test Top-1 accuracy (%)")
     ax.legend(fontsize="small")
+    return fig
+
+
+#: the profile's categories, bottom to top: what shrinks with the density, then what does not
+PROFILE_CATEGORIES = ("matmul", "attention", "layernorm", "stem", "elementwise", "optimizer", "method", "other")
+
+
+def plot_efficiency(ratios: pd.DataFrame, paper_gap: float = 0.85):
+    """BARTER's measured speedup over RigL as a share of the FLOPs-ideal one, against density:
+    one line per model and execution (``ratios``: :func:`~barter_mini.measure.bench.ratios`
+    rows with a ``model`` column), the issue's target as a dotted line."""
+    fig, ax = plt.subplots(figsize=(7, 4), constrained_layout=True)
+    frame = ratios.assign(execution=ratios.get("execution", "eager"))
+    for (model, execution), points in frame.groupby(["model", "execution"], sort=False):
+        points = points.sort_values("density")
+        ax.plot(points["density"], points["efficiency"], "o-" if execution == "eager" else "s--",
+                label=f"{model}, {execution}")
+    ax.axhline(1.0, color=DENSE_COLOR, lw=0.8)
+    ax.axhline(paper_gap, color=DENSE_COLOR, ls=":", lw=0.8, label=f"{paper_gap:g} of the ideal")
+    ax.set_xlabel("density rho")
+    ax.set_ylabel("speedup over RigL / FLOPs-ideal speedup")
+    ax.set_ylim(0, 1.15)
+    ax.legend(fontsize="small")
+    return fig
+
+
+def plot_step_profile(rows, methods=("rigl", "barter"), title: str = ""):
+    """Where a step's time goes (``profile_CATEGORY_ms`` of bench rows run with
+    ``profile_steps``): stacked bars of ms per step for each method at each density; the
+    products and attention shrink with the density, the fixed width-D work does not."""
+    frame = pd.DataFrame(rows)
+    frame = frame[frame["method"].isin(methods) & frame.get("execution", pd.Series("eager", frame.index)).eq("eager")]
+    columns = [f"profile_{c}_ms" for c in PROFILE_CATEGORIES]
+    if frame.empty or columns[0] not in frame:
+        raise BarterError("no profiled rows of " + ", ".join(methods) + ": run the bench with profile_steps > 0")
+    frame = frame.assign(case=[f"{m}\nrho {d:g}" for m, d in zip(frame["method"], frame["density"])])
+    frame = frame.sort_values(["density", "method"]).set_index("case")[columns]
+    frame.columns = list(PROFILE_CATEGORIES)
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(frame)), 4), constrained_layout=True)
+    frame.plot.bar(stacked=True, ax=ax, color=sns.color_palette("tab10", len(PROFILE_CATEGORIES)), width=0.75)
+    ax.set_xlabel("")
+    ax.set_ylabel("ms per step (profiled)")
+    ax.set_title(title or "where a training step's time goes")
+    ax.tick_params(axis="x", labelrotation=0, labelsize="x-small")
+    ax.legend(fontsize="small", ncols=2)
     return fig
