@@ -13,7 +13,7 @@ from barter_mini.core.models import build_model
 from barter_mini.measure.bench import (build_training_step, bench, execution_effects, fixed_work, format_report,
                                       ratios)
 from barter_mini.measure.memory import step_memory, tensor_bytes
-from barter_mini.measure.profile import CATEGORIES, ideal_without_fixed_work, step_profile
+from barter_mini.measure.breakdown import CATEGORIES, ideal_without_fixed_work, step_profile
 from barter_mini.measure.timing import interleaved_times
 
 KEYS = {"method", "density", "step_ms", "epoch_s", "peak_mem_mb", "train_gflops_per_image", "params"}

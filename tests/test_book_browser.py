@@ -200,6 +200,9 @@ class Recorder:
     def on_console(self, message) -> None:
         if message.type == "error":
             where = message.location or {}
+            # Chromium asks for /favicon.ico on its own now and then; no page of the book links one
+            if urlsplit(where.get("url", "")).path == "/favicon.ico":
+                return
             self.console.append(f"{message.text} [at {where.get('url', '?')}:{where.get('lineNumber', '?')}]")
 
     def problems(self) -> dict[str, list[str]]:

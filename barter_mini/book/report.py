@@ -89,16 +89,17 @@ RATIO_COLUMNS = {"density": "density", "speedup": "speedup per step", "ideal_spe
                  "efficiency": "efficiency", "epoch_speedup": "speedup per epoch",
                  "memory_fraction": "memory share", "update_percent_of_training": "updates (% of training)"}
 #: BARTER's fixed work and the efficiency without it (from :func:`barter_mini.measure.bench.fixed_work`)
-FIXED_WORK_COLUMNS = {"model": "model", "execution": "execution", "density": "density",
-                      "efficiency": "efficiency (timed)", "fixed_ms": "fixed work (ms/step)",
-                      "fixed_share": "fixed share of BARTER's step", "rigl_fixed_ms": "RigL's fixed work (ms/step)",
-                      "efficiency_without_fixed": "efficiency without fixed work"}
+FIXED_WORK_COLUMNS = {"model": "model", "density": "density", "efficiency": "efficiency",
+                      "fixed_ms": "fixed ms/step", "fixed_share": "fixed share",
+                      "rigl_fixed_ms": "RigL's fixed ms/step", "efficiency_without_fixed": "efficiency without it"}
 #: an execution against eager (from :func:`barter_mini.measure.bench.execution_effects`)
 EXECUTION_COLUMNS = {"model": "model", "method": "method", "density": "density", "execution": "execution",
-                     "step_speedup": "step speedup over eager", "memory_fraction": "peak memory / eager's",
-                     "compile_s": "first compile (s)", "recompile_s_per_update": "recompile per update (s)",
-                     "updates_per_schedule": "updates per schedule",
-                     "compile_s_per_schedule": "compiling over a schedule (s)"}
+                     "step_speedup": "speedup", "memory_fraction": "memory",
+                     "compile_s": "compile (s)", "compile_s_per_schedule": "schedule (s)"}
+#: BARTER against RigL under each execution (a narrower :data:`RATIO_COLUMNS`)
+EXECUTION_RATIO_COLUMNS = {"model": "model", "execution": "execution", "density": "density",
+                           "speedup": "speedup per step", "ideal_speedup": "FLOPs-ideal", "efficiency": "efficiency",
+                           "memory_fraction": "memory share"}
 #: the topology updates' cost per method and density (bench rows)
 UPDATE_COST_COLUMNS = {"method": "method", "density": "density", "update_ms": "ms/update",
                        "updates_per_schedule": "updates per schedule", "update_s_per_schedule": "s per schedule",

@@ -63,7 +63,7 @@ from .surgery import UNIT_KINDS, unit_count, unit_parameters
 PRUNING_SCORES = ("taylor-squared", "taylor-abs", "magnitude")
 #: what a layer's growth priority P_l averages: its units' pruning or growth scores
 RECEIVER_RULES = ("mean-importance", "mean-pressure")
-#: the profiler label of the hooks' work (barter_mini.measure.profile counts it as the method's)
+#: the profiler label of the hooks' work (barter_mini.measure.breakdown counts it as the method's)
 PROFILE_LABEL = "barter_mini.unit_statistics"
 
 

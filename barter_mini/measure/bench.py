@@ -45,7 +45,7 @@ from ..training.methods import MethodSetup, check_methods, get_method
 from ..training.recipes import get_recipe
 from ..training.trainer import RunConfig, make_optimizer, resolve_device
 from .memory import step_memory
-from .profile import METHOD_LABEL, ideal_without_fixed_work, step_profile
+from .breakdown import METHOD_LABEL, ideal_without_fixed_work, step_profile
 from .timing import interleaved_times, timed
 
 #: what one epoch of each paper dataset holds (training images), for seconds per epoch
@@ -230,7 +230,7 @@ def bench(model: str = "cct-paper", methods=DEFAULT_METHODS, densities=DEFAULT_D
     the module). ``executions`` are names of :data:`~barter_mini.core.execution.EXECUTIONS`:
     ``eager``, ``compiled``, ``recompute``. With ``profile_steps``,
     each case also runs that many steps under the profiler: ``profile_CATEGORY_ms`` columns
-    (:func:`~barter_mini.measure.profile.step_profile`)."""
+    (:func:`~barter_mini.measure.breakdown.step_profile`)."""
     cases = check_bench_arguments(model, methods, densities, batch, steps, executions, profile_steps)
     device = resolve_device(device)
     config = get_model_config(model)
@@ -345,7 +345,7 @@ def execution_effects(rows: list[dict], baseline: str = "eager") -> list[dict]:
 def fixed_work(rows: list[dict], method: str = "barter", against: str = "rigl") -> list[dict]:
     """Per execution and density where both were profiled (``profile_steps``): BARTER's
     fixed work (ms, share of its step) and the efficiency it would reach without it
-    (:func:`~barter_mini.measure.profile.ideal_without_fixed_work`)."""
+    (:func:`~barter_mini.measure.breakdown.ideal_without_fixed_work`)."""
     out = []
     by_case = {(r["method"], r["density"], r.get("execution", "eager")): r for r in rows}
     for ratio in ratios(rows, method, against):
@@ -377,15 +377,16 @@ def format_report(rows: list[dict]) -> str:
                              f"{r['peak_mem_mb']:>10.1f}{r['train_gflops_per_image']:>9.3f}{r['params']:>11,}"
                              f"{r['update_percent_of_training']:>10.4f}")
             lines.append("")
+    def case(record: dict) -> str:
+        return f"rho={record['density']:g}" + (f" ({record['execution']})" if len(executions) > 1 else "")
+
     for ratio in ratios(rows):
-        where = f" ({ratio['execution']})" if len(executions) > 1 else ""
-        lines.append(f"rho={ratio['density']:g}{where}: BARTER is {ratio['speedup']:.2f}x faster per step than RigL "
+        lines.append(f"{case(ratio)}: BARTER is {ratio['speedup']:.2f}x faster per step than RigL "
                      f"(FLOPs-ideal {ratio['ideal_speedup']:.2f}x, {ratio['efficiency']:.2f} of ideal), "
                      f"peak memory {100 * ratio['memory_fraction']:.1f} % of RigL's, "
                      f"topology updates {ratio['update_percent_of_training']:.4f} % of training time")
     for fixed in fixed_work(rows):
-        where = f" ({fixed['execution']})" if len(executions) > 1 else ""
-        lines.append(f"rho={fixed['density']:g}{where}: fixed width-D work (LayerNorm, stem, elementwise) is "
+        lines.append(f"{case(fixed)}: fixed width-D work (LayerNorm, stem, elementwise) is "
                      f"{fixed['fixed_ms']:.0f} ms, {100 * fixed['fixed_share']:.0f} % of BARTER's profiled step "
                      f"(RigL's: {fixed['rigl_fixed_ms']:.0f} ms); without it in both, BARTER would be "
                      f"{fixed['speedup_without_fixed']:.2f}x faster, {fixed['efficiency_without_fixed']:.2f} of ideal")

@@ -28,9 +28,11 @@ from ..core.unit_statistics import PROFILE_LABEL as STATISTICS_LABEL
 #: the profiler label of a method's per-step work (``TrainingStep.run`` wraps it)
 METHOD_LABEL = "barter_mini.method_step"
 
-#: categories that shrink with the density (products, attention) and those that do not
+#: the categories of work that shrink with the density: matrix products and attention
 SCALING = ("matmul", "attention")
+#: the fixed width-D work, the same for every method at every density
 FIXED = ("layernorm", "stem", "elementwise")
+#: every category a step's time is charged to
 CATEGORIES = SCALING + FIXED + ("optimizer", "method", "other")
 
 #: outermost ATen operator -> category (prefix match, first hit); the rest is elementwise
