@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # Debian packages: Fashion-MNIST (where apt works), npm (fetches MathJax once, for offline
-# pages) and, for the browser tests, chromium. Only what is missing is installed.
+# pages) and, for the tests, chromium, g++ and python3-dev. Only what is missing is installed.
 define apt_install
 	@missing=""; \
 	for spec in $(1); do pkg=$${spec%%:*}; probe=$${spec#*:}; \
@@ -34,8 +34,10 @@ endef
 system-book:
 	$(call apt_install,dataset-fashion-mnist:$(FASHION_DEBIAN) npm:npm)
 
+# chromium for the browser tests; a C++ compiler and Python's headers for torch.compile's
+# inductor, which builds the compiled layers' kernels (--compile and its test).
 system-test: system-book
-	$(call apt_install,chromium:/usr/bin/chromium)
+	$(call apt_install,chromium:/usr/bin/chromium g++:g++ python3-dev:python3-config)
 
 # Fashion-MNIST from Debian's package where apt works, else torchvision's download.
 data: install
