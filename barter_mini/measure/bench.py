@@ -300,13 +300,22 @@ def bench(model: str = "cct-paper", methods=DEFAULT_METHODS, densities=DEFAULT_D
     return [rows[case] for case in cases]
 
 
+def _execution(row: dict) -> str:
+    return row.get("execution", "eager")       # rows written before executions were measured
+
+
+def _by_case(rows: list[dict]) -> dict[tuple, dict]:
+    """Bench rows by (method, density, execution)."""
+    return {(r["method"], r["density"], _execution(r)): r for r in rows}
+
+
 def ratios(rows: list[dict], method: str = "barter", against: str = "rigl") -> list[dict]:
     """Per execution and density: ``against``'s step time and peak memory over ``method``'s,
     beside the FLOPs-ideal ratio; ``efficiency`` is measured speedup / ideal speedup. Both
     run the same execution (eager, compiled, ...), so the comparison stays fair."""
-    by_case = {(r["method"], r["density"], r.get("execution", "eager")): r for r in rows}
+    by_case = _by_case(rows)
     out = []
-    for execution in dict.fromkeys(r.get("execution", "eager") for r in rows):
+    for execution in dict.fromkeys(map(_execution, rows)):
         for density in sorted({d for m, d, e in by_case if m == method and e == execution}):
             ours, theirs = by_case.get((method, density, execution)), by_case.get((against, density, execution))
             if ours is None or theirs is None:
@@ -325,7 +334,7 @@ def execution_effects(rows: list[dict], baseline: str = "eager") -> list[dict]:
     """Per method, density and execution other than ``baseline``: its step time and peak
     memory against the ``baseline`` execution's of the same method and density, and what
     compiling cost (seconds at the first step, per update, over the paper's schedule)."""
-    by_case = {(r["method"], r["density"], r.get("execution", "eager")): r for r in rows}
+    by_case = _by_case(rows)
     out = []
     for (method, density, execution), row in by_case.items():
         base = by_case.get((method, density, baseline))
@@ -347,7 +356,7 @@ def fixed_work(rows: list[dict], method: str = "barter", against: str = "rigl") 
     fixed work (ms, share of its step) and the efficiency it would reach without it
     (:func:`~barter_mini.measure.breakdown.ideal_without_fixed_work`)."""
     out = []
-    by_case = {(r["method"], r["density"], r.get("execution", "eager")): r for r in rows}
+    by_case = _by_case(rows)
     for ratio in ratios(rows, method, against):
         key = (ratio["density"], ratio["execution"])
         ours, theirs = by_case[(method, *key)], by_case[(against, *key)]
@@ -367,9 +376,9 @@ def format_report(rows: list[dict]) -> str:
     lines = []
     header = (f"{'method':<16}{'density':>8}{'ms/step':>10}{'s/epoch':>10}{'peak MB':>10}"
               f"{'GFLOPs':>9}{'params':>11}{'update %':>10}")
-    executions = list(dict.fromkeys(r.get("execution", "eager") for r in rows))
+    executions = list(dict.fromkeys(map(_execution, rows)))
     for execution in executions:
-        chosen = [r for r in rows if r.get("execution", "eager") == execution]
+        chosen = [r for r in rows if _execution(r) == execution]
         for density in sorted({r["density"] for r in chosen}):
             lines += [f"density {density:g}" + (f", {execution}" if len(executions) > 1 else ""), header]
             for r in (r for r in chosen if r["density"] == density):

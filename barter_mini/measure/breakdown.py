@@ -53,21 +53,18 @@ def _category_of_operator(name: str) -> str:
 
 
 def categorize(event) -> str:
-    """The category of one profiler event's self time (see the module)."""
-    outermost_aten = event.name if event.name.startswith("aten::") else None
-    parent = event.cpu_parent
-    while parent is not None:
-        if parent.name.startswith("Optimizer.step") or parent.name.startswith("Optimizer.zero_grad"):
+    """The category of one profiler event's self time (see the module): the event and its
+    ancestors, innermost first, are searched for the optimizer's or a method's label, and
+    the outermost ATen operator among them names the rest."""
+    outermost_aten, node = None, event
+    while node is not None:
+        if node.name.startswith("Optimizer."):       # Optimizer.step#..., Optimizer.zero_grad#...
             return "optimizer"
-        if parent.name in (METHOD_LABEL, STATISTICS_LABEL):
+        if node.name in (METHOD_LABEL, STATISTICS_LABEL):
             return "method"
-        if parent.name.startswith("aten::"):
-            outermost_aten = parent.name
-        parent = parent.cpu_parent
-    if event.name.startswith("Optimizer."):
-        return "optimizer"
-    if event.name in (METHOD_LABEL, STATISTICS_LABEL):
-        return "method"
+        if node.name.startswith("aten::"):
+            outermost_aten = node.name
+        node = node.cpu_parent
     return _category_of_operator(outermost_aten) if outermost_aten else "other"
 
 
