@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import MAX_SEED, BarterError, TrainingInterrupted, check_integer, check_seed
+from .errors import DIVERGED_STATUS, MAX_SEED, BarterError, TrainingDiverged, TrainingInterrupted, check_integer, check_seed
 
 
 def _describe(args) -> dict:
@@ -431,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     except TrainingInterrupted as error:
         print(f"interrupted: {error}", file=sys.stderr)
         return 128 + error.signum
+    except TrainingDiverged as error:
+        print(f"diverged: {error}", file=sys.stderr)
+        return DIVERGED_STATUS
 
 
 if __name__ == "__main__":

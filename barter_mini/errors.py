@@ -27,6 +27,29 @@ class TrainingInterrupted(Exception):
                          "continue with the same command and --resume")
 
 
+class TrainingDiverged(RuntimeError):
+    """Training diverged at optimizer step ``step``: its loss, or a statistic a method was
+    about to decide on, is not finite (the run stops before taking that step), or the loss
+    over the last steps is far worse than chance (it stops after it). ``what`` says which.
+    ``checkpoint`` is the ``last.pt`` the trainer then wrote and ``kept_step`` the step it
+    holds: the last with finite values (None until written). The command line prints the
+    message on one line and exits with :data:`DIVERGED_STATUS`."""
+
+    def __init__(self, step: int, what: str, checkpoint=None, kept_step: int | None = None, hint: str = ""):
+        self.step, self.what, self.hint = step, what, hint
+        self.checkpoint, self.kept_step = checkpoint, kept_step
+        super().__init__(step, what)
+
+    def __str__(self) -> str:
+        finite = ", the last with finite values" if self.kept_step == self.step - 1 else ""
+        kept = f"; {self.checkpoint} holds step {self.kept_step}{finite}" if self.checkpoint is not None else ""
+        return f"step {self.step}: {self.what}: the run stopped{kept}" + (f"; {self.hint}" if self.hint else "")
+
+
+#: the exit status of a run that diverged (2 is bad input, 128 + N a signal)
+DIVERGED_STATUS = 3
+
+
 def choose(kind: str, name: str, allowed, extra: str = "") -> None:
     """Raise a :class:`BarterError` unless ``name`` is one of ``allowed`` (``extra`` names
     what else is allowed)."""

@@ -31,10 +31,11 @@ def visible(folder: Path) -> list[str]:
 
 
 def fake_finished(run: RunConfig, cache_dir: Path) -> Path:
-    """A cache folder holding ``run``'s metrics, without training it."""
+    """A complete cache folder holding ``run``'s metrics, without training it."""
     target = cache.run_dir(run.validate(), cache_dir)
     target.mkdir(parents=True)
     (target / "metrics.json").write_text(json.dumps({"test_acc": 0.5, "wall_time_s": 1.0}))
+    cache.write_completion_record(target)
     return target
 
 
@@ -117,11 +118,11 @@ def test_a_second_process_is_refused_while_one_trains(tmp_path, monkeypatch):
 def test_orchestration_modules_and_the_cache_location_leave_keys_alone(tmp_path, monkeypatch):
     package = tmp_path / "barter_mini"
     (package / "training").mkdir(parents=True)
-    for name in ("trainer.py", "cache.py", "sweep.py"):
+    for name in ("trainer.py", "cache.py", "sweep.py", "locking.py"):
         (package / "training" / name).write_text("x = 1\n")
     monkeypatch.setattr(cache, "PACKAGE", package)
     base = cache.source_digest()
-    for name in ("cache.py", "sweep.py"):
+    for name in ("cache.py", "sweep.py", "locking.py"):
         (package / "training" / name).write_text("x = 2\n")
         assert cache.source_digest() == base, name
     (package / "training" / "trainer.py").write_text("x = 2\n")

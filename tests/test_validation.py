@@ -124,7 +124,7 @@ def test_train_out_that_cannot_be_created_is_a_one_line_error(out):
 
 def test_truncated_or_foreign_checkpoints_are_one_line_errors(tmp_path):
     good = tmp_path / "good.pt"
-    torch.save({"format": CHECKPOINT_FORMAT, "model": {}}, good)
+    torch.save({"format": CHECKPOINT_FORMAT, "model_config": {}, "allocation": {}, "model": {}}, good)
     assert load_checkpoint(good)["format"] == CHECKPOINT_FORMAT
     truncated = tmp_path / "truncated.pt"
     truncated.write_bytes(good.read_bytes()[:40])

@@ -28,7 +28,7 @@ from torch import nn
 from ..errors import BarterError, check_in_range, check_integer, choose
 from . import distributed
 from .budgets import Budget
-from .method import MethodController
+from .method import MethodController, check_finite
 from .unit_statistics import PRUNING_SCORES, RECEIVER_RULES, LayerStatistics, UnitStatistics
 from .warmup import UpdateWarmup, start_warmup
 from .surgery import (MOMENTUM_STATES, UNIT_KINDS, allocation_of, perturb_input_parameters, regather_units,
@@ -414,14 +414,19 @@ class BarterController(MethodController):
                        if settings.clone_moments == "warmup" else None)
         #: updates after which every process was checked to hold the same widths
         self.rank_checks = 0
+        #: optimizer steps seen by after_step
+        self.step = 0
 
     def before_step(self) -> None:
         if self.distributed:
             self.statistics.observe()       # DDP has averaged the gradients: the whole batch's
+        if self.schedule.is_update(self.step + 1):     # the statistics decide after this step
+            check_finite(self.statistics.tensors(), self.step + 1, "BARTER's unit statistics")
         if self.warmup is not None:
             self.warmup.before_step()
 
     def after_step(self, step: int) -> dict[str, Transfer] | None:
+        self.step = step
         if self.warmup is not None:
             self.warmup.after_step()
         ks = self.schedule.transfers_at(step)
@@ -454,7 +459,7 @@ class BarterController(MethodController):
     def state_dict(self) -> dict:
         return {"statistics": self.statistics.state_dict(), "rng": self.rng.bit_generator.state,
                 "generator": self.generator.get_state(), "executed": dict(self.executed),
-                "history": list(self.history), "rank_checks": self.rank_checks}
+                "history": list(self.history), "rank_checks": self.rank_checks, "step": self.step}
 
     def load_state_dict(self, state: dict) -> None:
         self.statistics.load_state_dict(state["statistics"])
@@ -463,3 +468,4 @@ class BarterController(MethodController):
         self.executed = dict(state["executed"])
         self.history = list(state["history"])
         self.rank_checks = state["rank_checks"]
+        self.step = int(state["step"])

@@ -23,12 +23,22 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import torch
 from torch import nn
 
-from ..errors import BarterError
+from ..errors import BarterError, TrainingDiverged
 
 #: the metrics.json entries every method writes; a method that moves nothing leaves them empty
 NO_TRANSFERS = {"heads": 0, "ffn": 0}
+
+
+def check_finite(tensors, step: int, what: str) -> None:
+    """Raise :class:`~barter_mini.errors.TrainingDiverged` at ``step`` if any of ``tensors``
+    holds a NaN or an infinity: a method never decides on such values. One reduction and
+    one synchronisation, so methods call it only before a step that updates them."""
+    tensors = [t for t in tensors if t is not None]
+    if tensors and not bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all()):
+        raise TrainingDiverged(step, f"{what} hold a non-finite value")
 
 
 class MethodController:

@@ -64,7 +64,7 @@ from torch import nn
 
 from ..core import distributed
 from ..core.budgets import check_density
-from ..core.method import MethodController
+from ..core.method import MethodController, check_finite
 from ..core.warmup import UpdateWarmup, start_warmup
 from ..errors import BarterError, check_in_range, check_integer, choose
 from .selection import drop_smallest, grow_largest
@@ -255,7 +255,10 @@ class MaskedDST(MethodController):
     @torch.no_grad()
     def before_step(self) -> None:
         """After ``loss.backward()``, before ``optimizer.step()``: read, then mask gradients."""
-        self._observe_gradients(self.schedule.is_update(self.step + 1))
+        update_next = self.schedule.is_update(self.step + 1)
+        if update_next:                 # the gradients (or estimates made of them) decide after this step
+            check_finite([t.param.grad for t in self.tensors], self.step + 1, f"{self.name}'s gradients")
+        self._observe_gradients(update_next)
         for param, mask in self._enforced():
             if param.grad is not None:
                 param.grad.mul_(mask)

@@ -12,6 +12,13 @@ process at a time trains a partial folder: a second one is refused at once with 
 :class:`~barter_mini.errors.BarterError` rather than made to wait, so a duplicate cluster job
 fails in seconds instead of holding a GPU for the length of a run (:func:`run_lock`).
 
+An entry counts as finished only when its files are whole: the last thing written into the
+partial folder, before it is renamed into place, is a completion record
+(:data:`COMPLETION_RECORD`) with the size and SHA-256 digest of every file of the run
+(:func:`entry_state`). An entry whose record is missing or whose files no longer match it
+(a truncated metrics.json, a deleted best.pt) is damaged: it is reported in one line and
+trained again, never read.
+
 ``BARTER_MINI_TRAIN=0`` (or ``cached_train(..., train_missing=False)``) makes the cache
 read-only: a run it does not hold is a one-line error naming the run and the
 ``barter-mini sweep`` command that trains it, so a book can be rendered from runs computed
@@ -21,21 +28,21 @@ elsewhere (a cluster) without training anything by accident.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import re
 import shlex
 import shutil
-import socket
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator
 
 from ..errors import BarterError
 from ..version import __version__
-from .checkpoints import read_json
+from .checkpoints import check_can_create, ensure_folder, read_json, write_json
+from .locking import exclusive_lock, is_locked
 from .trainer import RunConfig, train
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -44,16 +51,77 @@ PACKAGE = Path(__file__).resolve().parents[1]
 TRAINING_LAYERS = ("core", "masked", "training")
 #: modules of those layers that decide where and when runs train, not what they produce:
 #: editing them must not invalidate a cache (or a cluster's worth of sweep results)
-ORCHESTRATION_MODULES = ("training/cache.py", "training/sweep.py")
+ORCHESTRATION_MODULES = ("training/cache.py", "training/sweep.py", "training/locking.py")
+#: the environment variable that names the run cache's folder (:func:`default_cache_dir`)
+CACHE_ENV = "BARTER_MINI_CACHE"
 #: the environment variable that, set to 0, makes :func:`cached_train` read-only
 TRAIN_ENV = "BARTER_MINI_TRAIN"
+#: the file a complete cache entry holds last: each run file's size and SHA-256 digest
+COMPLETION_RECORD = "complete.json"
+#: the files of a run (``train``'s) that the completion record vouches for
+ENTRY_FILES = ("best.pt", "last.pt", "metrics.json")
 #: a cache folder's name ends with its 16-hex-digit key (:func:`run_dir`)
 CACHE_FOLDER_NAME = re.compile(r".+-[0-9a-f]{16}$")
 
 
 def default_cache_dir() -> Path:
     """``$BARTER_MINI_CACHE`` if set, else ``runs/cache`` beside the package."""
-    return Path(os.environ.get("BARTER_MINI_CACHE", PACKAGE.parent / "runs" / "cache"))
+    return Path(os.environ.get(CACHE_ENV, PACKAGE.parent / "runs" / "cache"))
+
+
+def check_cache_dir(cache_dir: Path | None = None, writable: bool = True) -> Path:
+    """``cache_dir`` (default :func:`default_cache_dir`) if it is a folder, or, where it is to
+    be ``writable``, a folder that can be created; else a one-line error naming where the path
+    came from. Creates nothing."""
+    cache_dir = Path(cache_dir or default_cache_dir())
+    origin = f" (${CACHE_ENV})" if Path(os.environ.get(CACHE_ENV, "")) == cache_dir else ""
+    try:
+        if writable:
+            return check_can_create(cache_dir)
+        if cache_dir.exists() and not cache_dir.is_dir():
+            raise BarterError(f"{cache_dir} is a file; give a folder")
+    except BarterError as error:
+        raise BarterError(f"the run cache{origin}: {error}") from None
+    return cache_dir
+
+
+def _file_record(path: Path) -> dict:
+    with open(path, "rb") as f:
+        return {"bytes": path.stat().st_size, "sha256": hashlib.file_digest(f, "sha256").hexdigest()}
+
+
+def write_completion_record(folder: Path) -> Path:
+    """Record the size and digest of every run file in ``folder`` (:data:`COMPLETION_RECORD`);
+    written last, atomically, so its presence means every other file was whole."""
+    files = {name: _file_record(folder / name) for name in ENTRY_FILES if (folder / name).is_file()}
+    return write_json(folder / COMPLETION_RECORD, {"files": files})
+
+
+def entry_state(target: Path) -> tuple[str, str | None]:
+    """``("complete", None)``, ``("missing", None)``, or ``("damaged", why)`` for the cache
+    folder ``target``: complete when its completion record is readable and every file it
+    lists has the recorded size and digest, and metrics.json is among them."""
+    if not target.exists():
+        return "missing", None
+    record_path = target / COMPLETION_RECORD
+    if not record_path.is_file():
+        return "damaged", f"no {COMPLETION_RECORD}: written by an earlier version, or cut short"
+    try:
+        files = read_json(record_path)["files"]
+        recorded = {name: (int(entry["bytes"]), str(entry["sha256"])) for name, entry in files.items()}
+    except (BarterError, KeyError, TypeError, ValueError, AttributeError):
+        return "damaged", f"{COMPLETION_RECORD} is not readable"
+    if "metrics.json" not in recorded:
+        return "damaged", f"{COMPLETION_RECORD} lists no metrics.json"
+    for name, (size, digest) in sorted(recorded.items()):
+        path = target / name
+        if not path.is_file():
+            return "damaged", f"{name} is missing"
+        if path.stat().st_size != size:
+            return "damaged", f"{name} has {path.stat().st_size} bytes, {size} when it was written"
+        if _file_record(path)["sha256"] != digest:
+            return "damaged", f"{name} is not what was written (its SHA-256 differs)"
+    return "complete", None
 
 
 def source_digest() -> str:
@@ -108,47 +176,18 @@ def lock_path(target: Path) -> Path:
 
 @contextlib.contextmanager
 def run_lock(target: Path) -> Iterator[None]:
-    """Hold the exclusive lock on ``target``'s partial folder, or raise a one-line
-    :class:`~barter_mini.errors.BarterError` at once if another process holds it.
-
-    ``fcntl.flock`` on :func:`lock_path`: the kernel releases it when its holder exits, however
-    it exits (a SIGKILL included), so a killed run never leaves a stale lock; on NFS, Linux
-    maps it to a POSIX lock that the server arbitrates across nodes. The file records the
-    holder (host and process) for the message. It is removed only after the run completes:
-    a process that still opened the old file then takes a lock on an unlinked file, but it
-    finds the run complete and trains nothing.
-    """
-    path = lock_path(target)
-    handle = open(path, "a+")
-    try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise BarterError(f"run {target.name} is being trained by {holder} (lock {path}): "
-                              "wait for it to finish, or stop it, then ask again") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"process {os.getpid()} on {socket.gethostname()}\n")
-        handle.flush()
+    """Hold the exclusive lock on ``target``'s partial folder (:func:`lock_path`,
+    :func:`~barter_mini.training.locking.exclusive_lock`), or raise a one-line error at once if
+    another process holds it. The lock file is removed only after the run completes: a
+    process that still opened the old file then takes a lock on an unlinked file, but it
+    finds the run complete and trains nothing."""
+    with exclusive_lock(lock_path(target), f"run {target.name}"):
         yield
-    finally:
-        handle.close()
 
 
 def run_is_locked(target: Path) -> bool:
     """Whether another process is training ``target``'s run now (the lock is taken)."""
-    path = lock_path(target)
-    if not path.exists():
-        return False
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return False
+    return is_locked(lock_path(target))
 
 
 def training_allowed() -> bool:
@@ -178,11 +217,12 @@ def sweep_command(run: RunConfig) -> str:
 
 
 def _metrics_in(target: Path) -> dict | None:
-    return read_json(target / "metrics.json") if (target / "metrics.json").is_file() else None
+    """The metrics of the cache entry ``target`` if it is complete, else None."""
+    return read_json(target / "metrics.json") if entry_state(target)[0] == "complete" else None
 
 
 def cached_metrics(run: RunConfig, cache_dir: Path | None = None) -> dict | None:
-    """The metrics of ``run`` if the cache holds it, else None; never trains."""
+    """The metrics of ``run`` if the cache holds it whole, else None; never trains."""
     return _metrics_in(run_dir(run.validate(), cache_dir))
 
 
@@ -197,19 +237,26 @@ def cached_train(run: RunConfig, cache_dir: Path | None = None, train_missing: b
     error too (:func:`run_lock`). ``checkpoint_every``: also write ``last.pt`` every that many
     optimizer steps (besides every epoch), so an interrupted run loses at most those steps.
     """
-    target = run_dir(run.validate(), cache_dir)      # hashes the package source: once
-    cached = _metrics_in(target)
-    if cached is not None:
-        return cached
+    target = run_dir(run.validate(), check_cache_dir(cache_dir, writable=False))   # hashes the source: once
+    state, damage = entry_state(target)
+    if state == "complete":
+        return read_json(target / "metrics.json")
     if not (training_allowed() if train_missing is None else train_missing):
         command = sweep_command(run)
         book = " (PROFILE: the notebook's profile)" if "--book" in command else ""
-        raise BarterError(f"run {target.name} is not in the run cache {target.parent} and {TRAIN_ENV}=0 "
+        where = (f"is damaged in the run cache {target.parent} ({damage})" if state == "damaged"
+                 else f"is not in the run cache {target.parent}")
+        raise BarterError(f"run {target.name} {where} and {TRAIN_ENV}=0 "
                           f"forbids training here: train it with `{command}`{book} "
-                          f"(same cache: BARTER_MINI_CACHE={target.parent}), or unset {TRAIN_ENV}")
-    target.parent.mkdir(parents=True, exist_ok=True)
+                          f"(same cache: {CACHE_ENV}={target.parent}), or unset {TRAIN_ENV}")
+    ensure_folder(check_cache_dir(target.parent))
     with run_lock(target):
-        if not target.exists():      # else completed by another process since the first look
+        state, damage = entry_state(target)     # another process may have completed it meanwhile
+        if state != "complete":
+            if state == "damaged":
+                print(f"run {target.name} in the run cache is damaged ({damage}): training it again",
+                      file=sys.stderr)
+                shutil.rmtree(target)
             partial = partial_dir(target)
             try:
                 train(run, partial, resume=True, checkpoint_every=checkpoint_every)
@@ -217,6 +264,7 @@ def cached_train(run: RunConfig, cache_dir: Path | None = None, train_missing: b
                 if partial.is_dir() and not (partial / "last.pt").exists():
                     shutil.rmtree(partial)       # nothing to resume from: leave no trace
                 raise
+            write_completion_record(partial)
             os.replace(partial, target)
             lock_path(target).unlink(missing_ok=True)   # only once complete: see run_lock
     return read_json(target / "metrics.json")   # the same JSON types on a hit and a miss

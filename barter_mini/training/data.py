@@ -496,7 +496,13 @@ def load_dataset(
         "cifar100": _load_cifar100,
         "tiny-imagenet": _load_tiny_imagenet,
     }[name]
-    return loader(info, root, augment, download, val_fraction, seed, train_subset)
+    try:
+        return loader(info, root, augment, download, val_fraction, seed, train_subset)
+    except OSError as error:        # a root that is no folder of ours (/proc/self), unreadable files
+        where = f" at {error.filename}" if error.filename else ""
+        raise BarterError(f"cannot read or prepare {name} under the data root {root} "
+                          f"({error.strerror or type(error).__name__}{where}): give a --data-root that "
+                          "holds the dataset, or a folder you may write in") from None
 
 
 def parse_classes(text: str) -> tuple[int, ...]:

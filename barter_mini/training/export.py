@@ -19,15 +19,20 @@ from pathlib import Path
 
 from ..core.counting import count_parameters
 from ..core.surgery import allocation_of
-from .checkpoints import CHECKPOINT_FORMAT, load_checkpoint, model_from_checkpoint, save_checkpoint
+from .checkpoints import CHECKPOINT_FORMAT, RUN_KEYS, load_checkpoint, model_from_checkpoint, save_checkpoint
+from ..errors import BarterError
 from .methods import get_method
 
 
 def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "best.pt") -> dict:
     """Write ``run_dir``'s model in its smallest dense form to ``out``; return a summary."""
-    state = load_checkpoint(Path(run_dir) / checkpoint)
+    path = Path(run_dir) / checkpoint
+    state = load_checkpoint(path, keys=RUN_KEYS, use="exporting it")
+    if not isinstance(state["run"], dict) or not {"method", "density"} <= set(state["run"]):
+        raise BarterError(f"{path} records no run settings with a method and a density: "
+                          "pass a run folder written by barter-mini train with this version")
     method = state["run"]["method"]
-    model = model_from_checkpoint(state).eval()
+    model = model_from_checkpoint(state, path=path).eval()
     model = get_method(method).controller.smallest_dense_form(model, state["controller"])
     exported = {"format": CHECKPOINT_FORMAT, "method": method, "density": state["run"]["density"],
                 "model_config": state["model_config"], "allocation": allocation_of(model).as_dict(),

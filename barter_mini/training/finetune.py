@@ -43,11 +43,13 @@ from ..core.configs import ModelConfig
 from ..core.dense_start import CALIBRATION_BATCHES, cut_to_density
 from ..core.models import build_model
 from ..errors import BarterError
-from .checkpoints import load_checkpoint
+from .checkpoints import MODEL_KEYS, UnsafeFileError, check_checkpoint, load_checkpoint, load_plain
 from .data import DataSplits
 
 #: the model's classifier, re-initialised when the class count changes (timm's name too)
 CLASSIFIER = "head"
+#: what a checkpoint is read for here (its error messages)
+FINE_TUNING = "fine-tuning from it (--init)"
 
 
 def load_dense_weights(path: str | Path, config: ModelConfig, dataset: str | None = None,
@@ -56,8 +58,12 @@ def load_dense_weights(path: str | Path, config: ModelConfig, dataset: str | Non
     ``dataset`` (its ``classes``), and whether its classifier had to be left out (other
     labels); ``state`` is the checkpoint when it was already read from ``path``. A checkpoint
     of another architecture, input size or a compact one gets a one-line error."""
-    state = state if state is not None else load_checkpoint(Path(path))
-    saved = ModelConfig.from_dict(state["model_config"])
+    state = state if state is not None else load_checkpoint(Path(path), keys=MODEL_KEYS, use=FINE_TUNING)
+    try:
+        saved = ModelConfig.from_dict(state["model_config"])
+    except (TypeError, ValueError, AttributeError) as error:
+        raise BarterError(f"{path} holds a model configuration this version cannot read ({type(error).__name__}): "
+                          "give a dense run's best.pt or last.pt written by this version") from None
     if Allocation(**{k: tuple(v) for k, v in state["allocation"].items()}) != full_allocation(saved):
         raise BarterError(f"{path} holds a compact model ({state.get('run', {}).get('method', 'not dense')}): "
                           "fine-tuning starts from a dense (full-width) checkpoint, e.g. a --method dense run")
@@ -78,11 +84,17 @@ def load_dense_weights(path: str | Path, config: ModelConfig, dataset: str | Non
 
 
 def package_checkpoint_or_none(path: str | Path) -> dict | None:
-    """The checkpoint at ``path`` if this package wrote it, else None (it may be a timm file)."""
+    """The checkpoint at ``path`` if this package wrote it, else None (it may be a timm file).
+    Both are read by restricted unpicklers: a file that would run code is refused here."""
     try:
-        return load_checkpoint(Path(path))
-    except BarterError:
+        contents = load_plain(Path(path), mmap=True)     # the tensors are read only if they are used
+    except UnsafeFileError:
+        raise
+    except BarterError:                 # not a torch.save file (safetensors): timm's loader reads it
         return None
+    if isinstance(contents, dict) and "format" in contents:
+        return check_checkpoint(contents, Path(path), keys=MODEL_KEYS, use=FINE_TUNING)
+    return None                         # a state dict or a training script's checkpoint: timm's
 
 
 def classifier_names(model: nn.Module) -> tuple[str, ...]:
@@ -95,8 +107,12 @@ def load_timm_weights(path: str | Path, model: nn.Module) -> tuple[dict, bool]:
     """The weights of a timm checkpoint file fitted to the full-width timm ``model`` (module
     docstring), and whether its classifier was left out."""
     try:
-        state = load_timm_state_dict(str(path))
-    except (RuntimeError, EOFError, ValueError, KeyError, pickle.UnpicklingError, OSError) as error:
+        # weights_only: timm's default since 1.0.16, not in the 1.0.15 this package allows
+        state = load_timm_state_dict(str(path), weights_only=True)
+    except pickle.UnpicklingError:
+        load_plain(Path(path))          # the one-line refusal of a file that would run code
+        raise
+    except (RuntimeError, EOFError, ValueError, KeyError, OSError) as error:
         raise BarterError(f"{path} is neither a barter-mini checkpoint nor a readable timm checkpoint file "
                           f"({type(error).__name__}): give a state dict saved by torch.save or safetensors") from None
     patch = state.get("patch_embed.proj.weight")

@@ -34,6 +34,11 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
+def launch_rank() -> int:
+    """This process's rank, known before the process group is joined: torchrun's ``RANK``."""
+    return int(os.environ.get("RANK", "0")) if launched_by_torchrun() else rank()
+
+
 @contextmanager
 def process_group(device: str):
     """Join the processes torchrun started (nothing in a single process); leave on exit."""

@@ -38,7 +38,7 @@ from typing import Callable, Iterator, Sequence
 import submitit
 
 from ..errors import BarterError, check_integer, choose
-from .cache import TRAIN_ENV, cached_train, default_cache_dir, run_dir, run_is_locked
+from .cache import TRAIN_ENV, cached_train, check_cache_dir, entry_state, run_dir, run_is_locked
 from .methods import check_methods, get_method
 from .trainer import RunConfig
 
@@ -230,19 +230,25 @@ def read_only_cache() -> Iterator[None]:
             os.environ[TRAIN_ENV] = before
 
 
-def plan_stage(runs: Sequence[RunConfig], cache_dir: Path, seen: set[str]) -> tuple[list, list[RunOutcome]]:
+def plan_stage(runs: Sequence[RunConfig], cache_dir: Path, seen: set[str],
+               log=print) -> tuple[list, list[RunOutcome]]:
     """Split a stage's runs into those to submit, ``(run, folder name)``, and the outcomes of
-    those that need no job (already in the cache, or being trained elsewhere); runs listed
-    before (in this stage or an earlier one) are left out."""
+    those that need no job (complete in the cache, or being trained elsewhere); runs listed
+    before (in this stage or an earlier one) are left out. A damaged cache entry
+    (:func:`~barter_mini.training.cache.entry_state`) is logged in one line and trained again."""
     submit, settled = [], []
     for run in runs:
         target = run_dir(run.validate(), cache_dir)
         if target.name in seen:
             continue
         seen.add(target.name)
-        if (target / "metrics.json").is_file():
+        state, damage = entry_state(target)
+        if state == "complete":
             settled.append(RunOutcome(target.name, "skipped"))
-        elif run_is_locked(target):
+            continue
+        if state == "damaged":
+            log(f"damaged {target.name}: {damage}; it is trained again")
+        if run_is_locked(target):
             settled.append(RunOutcome(target.name, "busy", error="another process is training it now"))
         else:
             submit.append((replace(run, progress=False), target.name))
@@ -292,7 +298,7 @@ def run_sweep(stages: Sequence[Stage], settings: ExecutorSettings, cache_dir: Pa
     settings = settings.validate()
     if checkpoint_every is not None:
         check_integer("checkpoint every", checkpoint_every)
-    cache_dir = Path(cache_dir or default_cache_dir()).resolve()
+    cache_dir = check_cache_dir(cache_dir, writable=not dry_run).resolve()    # before any job
     executor = None if dry_run else make_executor(settings)
     report, seen = SweepReport(), set()
     for index, stage in enumerate(stages):
@@ -306,7 +312,7 @@ def run_sweep(stages: Sequence[Stage], settings: ExecutorSettings, cache_dir: Pa
                 report.stages_not_started += [s.name for s in stages[index:]]
                 report.not_started_because = "a dry run lists a stage only once the earlier ones are trained"
                 break
-        submit, settled = plan_stage(runs, cache_dir, seen)
+        submit, settled = plan_stage(runs, cache_dir, seen, log)
         log(f"stage {stage.name}: {len(submit)} runs to train, "
             f"{sum(o.state == 'skipped' for o in settled)} already in {cache_dir}")
         for outcome in settled:

@@ -32,6 +32,7 @@ import signal
 import sys
 import threading
 import time
+import contextlib
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -54,15 +55,24 @@ from ..core.execution import Execution
 from ..core.method import MethodController
 from ..core.models import build_model
 from ..core.surgery import allocation_of
-from ..errors import BarterError, TrainingInterrupted, check_in_range, check_integer, choose
-from .checkpoints import (CHECKPOINT_FORMAT, check_can_create, load_checkpoint, model_from_checkpoint, read_json,
-                          save_checkpoint, write_json)
+from ..errors import BarterError, TrainingDiverged, TrainingInterrupted, check_in_range, check_integer, choose
+from .checkpoints import (CHECKPOINT_FORMAT, RESUME_KEYS, RUN_KEYS, check_can_create, ensure_folder, load_checkpoint,
+                          model_from_checkpoint, read_json, remove_temporary_files, save_checkpoint, write_json)
 from . import parallel
 from .data import load_dataset, make_loaders
 from .finetune import dense_start
+from .locking import exclusive_lock
 from .methods import MethodSetup, get_method
+from .random_state import capture_generators, restore_generators
 from .recipes import Recipe, get_recipe, with_overrides
 
+#: a run whose mean training loss over ``LOG_EVERY`` steps exceeds this many times the loss
+#: of a uniform guess (``ln C``) has diverged (:func:`check_loss_against_chance`)
+DIVERGED_LOSS_FACTOR = 20
+#: what a run writes into its folder
+RUN_FILES = ("best.pt", "last.pt", "metrics.json")
+#: the lock file in a run folder (training.locking): one training process at a time
+RUN_LOCK = ".barter-mini.lock"
 #: optimizer steps per point of the training curve (running train loss and accuracy)
 LOG_EVERY = 10
 #: steps before and after every topology or mask update whose training losses metrics.json
@@ -287,9 +297,7 @@ class Training:
                 "epoch_loader_state": self.epoch_loader_state, "total_steps": self.total_steps,
                 "epochs": self.recipe.epochs, "scheduler": self.scheduler.state_dict(),
                 # every process's generators: they draw different augmentations
-                "rng": distributed.all_gather(
-                    {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}),
+                "rng": distributed.all_gather(capture_generators()),
                 "best_acc": self.best_acc, "history": list(self.history), "curve": list(self.curve),
                 "window": list(self.window), "step_losses": list(self.step_losses),
                 "train_gflops": self.train_gflops, "update_seconds": self.update_seconds,
@@ -385,7 +393,14 @@ def build_training(run: RunConfig, checkpoint: dict | None = None) -> Training:
     t = Training(run, recipe, config, device, model, optimizer, scheduler, controller, criterion,
                  loaders, total_steps, started=time.perf_counter(), gflops_per_image=gflops)
     if checkpoint is not None:
-        resume_training(t, checkpoint)
+        try:
+            resume_training(t, checkpoint)
+        except BarterError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as error:
+            raise BarterError(f"the last.pt to resume from does not fit this run ({type(error).__name__}: "
+                              f"{str(error).splitlines()[0][:160] if str(error) else ''}): "
+                              "train it again into a new --out") from None
     elif distributed.is_distributed():   # the model is built: now each process draws its own augmentations
         torch.manual_seed(int(np.random.SeedSequence([run.seed, distributed.rank()]).generate_state(1)[0]))
     t.graphs_at_start = graphs_compiled()
@@ -416,12 +431,7 @@ def resume_training(t: Training, checkpoint: dict) -> None:
     t.gflops_per_image = training_gflops_per_image(t.model)
     if t.epoch_loader_state is not None:     # the shuffle of the epoch the run continues in
         t.loaders[0].generator.set_state(t.epoch_loader_state)
-    rng = parallel.own_state(state["rng"], "random generators")
-    random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
-    torch.set_rng_state(rng["torch"])
-    if rng["cuda"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rng["cuda"])
+    restore_generators(parallel.own_state(state["rng"], "random generators"))
 
 
 def fit_one_epoch(t: Training, after_each_step=None) -> dict:
@@ -443,8 +453,13 @@ def fit_one_epoch(t: Training, after_each_step=None) -> dict:
         t.optimizer.zero_grad(set_to_none=True)
         logits = t.forward(x)
         loss = t.criterion(logits, y)
+        # read (and averaged over processes) before backward: a non-finite loss stops the run
+        # before its gradients reach the weights, the optimizer or the method's statistics
+        loss_value, accuracy = parallel.mean_over_processes(loss.item(), (logits.argmax(dim=1) == y).float().mean().item())
+        if not math.isfinite(loss_value):
+            raise TrainingDiverged(t.step + 1, f"the training loss is {loss_value}")
         loss.backward()
-        t.controller.before_step()
+        t.controller.before_step()      # raises TrainingDiverged before deciding on non-finite values
         t.optimizer.step()
         t.step += 1
         t.scheduler.step_update(t.step)
@@ -458,7 +473,6 @@ def fit_one_epoch(t: Training, after_each_step=None) -> dict:
             if not get_method(t.run.method).full_width:
                 t.gflops_per_image = training_gflops_per_image(t.model)  # the tensors changed size
                 t.forward = parallel.wrap(t.model, t.device)      # DDP's buckets hold the old tensors
-        loss_value, accuracy = parallel.mean_over_processes(loss.item(), (logits.argmax(dim=1) == y).float().mean().item())
         losses.append(loss_value)
         t.step_losses.append(loss_value)
         t.window.append((loss_value, accuracy))
@@ -466,6 +480,7 @@ def fit_one_epoch(t: Training, after_each_step=None) -> dict:
             t.curve.append({"step": t.step, "train_loss": float(np.mean([l for l, _ in t.window])),
                             "train_acc": float(np.mean([a for _, a in t.window]))})
             t.window.clear()
+            check_loss_against_chance(t.curve[-1]["train_loss"], t.step, t.config.num_classes)
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
         t.batches_done += 1
         if after_each_step is not None:
@@ -482,6 +497,18 @@ def fit_one_epoch(t: Training, after_each_step=None) -> dict:
     t.epoch, t.batches_done, t.epoch_losses = epoch + 1, 0, []
     t.epoch_loader_state = loader.generator.get_state()        # where the next epoch's shuffle starts
     return entry
+
+
+def check_loss_against_chance(mean_loss: float, step: int, num_classes: int) -> None:
+    """Raise :class:`~barter_mini.errors.TrainingDiverged` if the mean training loss of the
+    ``LOG_EVERY`` steps up to ``step`` exceeds :data:`DIVERGED_LOSS_FACTOR` times the loss of
+    a uniform guess, ``ln C`` for ``C`` classes (whatever the label smoothing): a model that
+    far worse than chance has diverged, though every number is still finite."""
+    limit = DIVERGED_LOSS_FACTOR * math.log(max(num_classes, 2))
+    if mean_loss > limit:
+        raise TrainingDiverged(step, f"the training loss averaged {mean_loss:.4g} over steps {step - LOG_EVERY + 1}-{step}, "
+                                     f"over {DIVERGED_LOSS_FACTOR} times that of a uniform guess "
+                                     f"({limit:.3g} = {DIVERGED_LOSS_FACTOR} x ln {num_classes})")
 
 
 def save_epoch(t: Training, out: Path) -> None:
@@ -513,8 +540,8 @@ def update_losses(step_losses: list[float], updates: list[int], window: int = UP
 def finalize(t: Training, out: Path) -> dict:
     """Test the best checkpoint and write ``metrics.json``; return the metrics."""
     train_time = time.perf_counter() - t.started
-    best = load_checkpoint(out / "best.pt", map_location=t.device)
-    best_model = model_from_checkpoint(best, t.device)
+    best = load_checkpoint(out / "best.pt", map_location=t.device, keys=RUN_KEYS, use="testing the best model")
+    best_model = model_from_checkpoint(best, t.device, path=out / "best.pt")
     test = evaluate(best_model, t.loaders[2], t.device)
     run = t.run
     metrics = {
@@ -565,13 +592,42 @@ def resume_point(out: Path, run: RunConfig) -> tuple[dict | None, dict | None]:
         _check_same_run(out / "metrics.json", metrics.get("run", {}), run)
         return metrics, None
     if (out / "last.pt").is_file():
-        checkpoint = load_checkpoint(out / "last.pt")
-        if "resume" not in checkpoint:
-            raise BarterError(f"{out / 'last.pt'} was written by a version that could not resume: "
-                              "retrain without --resume")
+        checkpoint = load_checkpoint(out / "last.pt", keys=RESUME_KEYS, use="resuming the run (--resume)")
         _check_same_run(out / "last.pt", checkpoint["run"], run)
         return None, checkpoint
+    if (out / "best.pt").is_file():       # killed between the first best.pt and last.pt: start again
+        _check_same_run(out / "best.pt", load_checkpoint(out / "best.pt", keys=RUN_KEYS, use="resuming the run")["run"], run)
     return None, None
+
+
+def refuse_existing_run(out: Path) -> None:
+    """A one-line error if ``out`` holds a run's files: without ``resume`` a run would mix its
+    files with that run's (one run per folder)."""
+    present = [name for name in RUN_FILES if (out / name).exists()]
+    if present:
+        raise BarterError(f"{out} already holds a run ({', '.join(present)}): continue it with --resume and "
+                          "the same settings, or train into another --out (or delete that folder first)")
+
+
+@contextmanager
+def run_folder(out: Path):
+    """Hold the run folder ``out`` for this process: its lock (:data:`RUN_LOCK`, removed when
+    the run ends; a second run into it is refused at once) and the temporary files a killed
+    write left there removed.
+    Under ``torchrun`` rank 0 holds it for all: only rank 0 writes."""
+    if parallel.launch_rank() != 0:
+        yield
+        return
+    created = not out.exists()
+    ensure_folder(out)
+    try:
+        with exclusive_lock(out / RUN_LOCK, f"run folder {out}", remove=True):
+            remove_temporary_files(out, RUN_FILES)
+            yield
+    finally:
+        if created:     # a run that wrote nothing (bad data, an error before its first epoch) leaves no folder
+            with contextlib.suppress(OSError):
+                out.rmdir()
 
 
 def _check_same_run(path: Path, saved: dict, run: RunConfig) -> None:
@@ -614,11 +670,18 @@ def train(run: RunConfig, out: str | Path, resume: bool = False, checkpoint_ever
     out = check_can_create(Path(out))      # before training: a bad --out fails at once
     if checkpoint_every is not None:
         checkpoint_every = check_integer("checkpoint_every", checkpoint_every)
-    checkpoint = None
-    if resume:
-        finished, checkpoint = resume_point(out, run)
-        if finished is not None:
-            return finished
+    with run_folder(out):
+        checkpoint = None
+        if resume:
+            finished, checkpoint = resume_point(out, run)
+            if finished is not None:
+                return finished
+        else:
+            refuse_existing_run(out)
+        return _train_in(run, out, checkpoint, checkpoint_every)
+
+
+def _train_in(run: RunConfig, out: Path, checkpoint: dict | None, checkpoint_every: int | None) -> dict:
     with parallel.process_group(run.device), interruptible() as received:
         t = build_training(run, checkpoint)
 
@@ -629,7 +692,16 @@ def train(run: RunConfig, out: str | Path, resume: bool = False, checkpoint_ever
             if checkpoint_every is not None and t.step % checkpoint_every == 0:
                 write_checkpoint(out / "last.pt", t.checkpoint())
 
-        while t.epoch <= t.recipe.epochs:
-            fit_one_epoch(t, after_each_step)
-            save_epoch(t, out)
+        try:
+            while t.epoch <= t.recipe.epochs:
+                fit_one_epoch(t, after_each_step)
+                save_epoch(t, out)
+        except TrainingDiverged as diverged:
+            # the model, optimizer and records are those after the last step with finite
+            # values: keep them (the cause can be studied, e.g. the weights' norms), say so
+            write_checkpoint(out / "last.pt", t.checkpoint())
+            diverged.checkpoint, diverged.kept_step = out / "last.pt", t.step
+            diverged.hint = (f"the learning rate {t.recipe.lr:g} may be too high: "
+                             "try a smaller --lr, in another --out")
+            raise
         return finalize(t, out)
