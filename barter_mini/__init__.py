@@ -34,11 +34,11 @@ From a trained dense model (one of this package's, or a stock timm ViT)::
 from .version import __version__
 from .core.barter import BarterController, BarterSettings, TransferSchedule, topology_update
 from .core.budgets import Allocation, Budget, compute_budget, initial_allocation
-from .core.configs import MODEL_CONFIGS, ModelConfig, get_model_config
+from .core.configs import MODEL_CONFIGS, ModelConfig
 from .core.counting import count_parameters, training_gflops_per_image
 from .core.dense_start import calibration_importance, cut_to_density, oneshot_allocation
 from .core.method import MethodController
-from .core.models import build_model, describe_timm_vit
+from .core.models import build_model, describe_timm_vit, get_model_config
 from .core.surgery import allocation_of
 from .core.unit_statistics import UnitStatistics
 from .errors import BarterError

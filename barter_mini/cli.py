@@ -14,9 +14,8 @@ from .errors import DIVERGED_STATUS, MAX_SEED, BarterError, TrainingDiverged, Tr
 def _describe(args) -> dict:
     from .core.barter import BarterSettings, TransferSchedule
     from .core.budgets import PAPER_TABLE3, compute_budget, full_allocation, initial_allocation
-    from .core.configs import get_model_config
     from .core.counting import count_parameters, training_gflops_per_image
-    from .core.models import build_model
+    from .core.models import build_model, get_model_config
 
     config = get_model_config(args.model)
     budget = compute_budget(config, args.density)

@@ -1,6 +1,7 @@
 import pytest
 
-from barter_mini.core.configs import ModelConfig, get_model_config
+from barter_mini.core.configs import ModelConfig
+from barter_mini.core.models import get_model_config
 
 from helpers import TINY_CCT, TINY_VIT
 

@@ -7,9 +7,8 @@ import torch
 
 from barter_mini.book.efficiency import iphone_comparison
 from barter_mini.cli import main
-from barter_mini.core.configs import get_model_config
 from barter_mini.core.counting import counted_training_gflops_per_image, forward_flops_per_image
-from barter_mini.core.models import build_model
+from barter_mini.core.models import build_model, get_model_config
 from barter_mini.measure.bench import (build_training_step, bench, execution_effects, fixed_work, format_report,
                                       ratios)
 from barter_mini.measure.memory import step_memory, tensor_bytes

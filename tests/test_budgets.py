@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from barter_mini.core.budgets import PAPER_TABLE3, compute_budget, initial_allocation, spread_evenly
-from barter_mini.core.configs import get_model_config
+from barter_mini.core.models import get_model_config
 from barter_mini.errors import BarterError
 
 

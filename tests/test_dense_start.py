@@ -15,11 +15,10 @@ from barter_mini.book.finetuning import finetune_run, pretraining_run, transfer_
 from barter_mini.book.profiles import resolve_profile
 from barter_mini.core.barter import BarterController, BarterSettings
 from barter_mini.core.budgets import Budget, compute_budget, initial_allocation
-from barter_mini.core.configs import get_model_config
 from barter_mini.core.counting import count_parameters, training_gflops_per_image
 from barter_mini.core.dense_start import (calibration_importance, cut_to_density, most_important,
                                           oneshot_allocation)
-from barter_mini.core.models import build_model, describe_timm_vit
+from barter_mini.core.models import build_model, describe_timm_vit, get_model_config
 from barter_mini.core.surgery import allocation_of, unit_l1_norms
 from barter_mini.errors import BarterError
 from barter_mini.masked import RigL, S2ViTE, SRigL

@@ -9,9 +9,8 @@ import torch
 
 from barter_mini.core import compilation
 from barter_mini.core.compilation import compile_layers, graphs_compiled, is_compiled
-from barter_mini.core.configs import get_model_config
 from barter_mini.core.execution import EXECUTIONS, Execution
-from barter_mini.core.models import build_model
+from barter_mini.core.models import build_model, get_model_config
 from barter_mini.core.surgery import regather_units, unit_count
 from barter_mini.errors import BarterError
 from barter_mini.measure.bench import build_training_step, check_bench_arguments

@@ -133,3 +133,64 @@ def test_train_describe_and_export_run_without_the_book_extra(tmp_path):
     export = run_without_book_extra(shadow, "export", str(out), "--out", str(tmp_path / "barter.pt"))
     assert export.returncode == 0, export.stderr[-2000:]
     assert (tmp_path / "barter.pt").is_file()
+
+
+def package_modules() -> dict[str, Path]:
+    """Dotted name -> file of every module of the package (a package by its ``__init__``)."""
+    return {".".join(["barter_mini", *module_name(path)]): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports anywhere (module level or inside a function):
+    ``from a.b import c`` names the module ``a.b.c`` if there is one, else ``a.b``."""
+    modules = package_modules()
+    graph = {name: set() for name in modules}
+    for name, path in modules.items():
+        for imported, _ in imports_of(path):
+            parts = imported.split(".")
+            while parts and ".".join(parts) not in modules:
+                parts.pop()
+            if parts and ".".join(parts) != name:
+                graph[name].add(".".join(parts))
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle_inside_the_package():
+    """Function-level imports count: they hide a cycle, they do not remove it."""
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_one():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []

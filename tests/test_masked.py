@@ -5,14 +5,14 @@ import math
 import pytest
 import torch
 
-from barter_mini.core.configs import ModelConfig, get_model_config
+from barter_mini.core.configs import ModelConfig
 from barter_mini.training.data import load_dataset, make_loaders
 from barter_mini.errors import BarterError
 from barter_mini.masked import MaskedSettings, MaskSchedule, masked_tensors
 from barter_mini.masked.selection import apportion
 
 from helpers import MASKED
-from barter_mini.core.models import build_model
+from barter_mini.core.models import build_model, get_model_config
 
 #: 2 layers, embed 8, 4 heads of 16 (qkv 192 x 8, proj 8 x 64), FFN 12, 8x8 grey images
 TINY = ModelConfig(name="tiny-masked", family="cct", img_size=8, in_chans=1, num_classes=5, depth=2,

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from barter_mini.core.budgets import compute_budget
-from barter_mini.core.configs import get_model_config
+from barter_mini.core.models import get_model_config
 from barter_mini.training.export import export_run
 from barter_mini.training.checkpoints import load_checkpoint, model_from_checkpoint
 from barter_mini.training.methods import METHODS

@@ -7,9 +7,8 @@ from timm.layers import Attention, Mlp
 from timm.models.vision_transformer import Block
 
 from barter_mini.core.budgets import compute_budget
-from barter_mini.core.configs import get_model_config
 from barter_mini.core.counting import count_parameters, training_gflops_per_image
-from barter_mini.core.models import CCTBlock, build_model
+from barter_mini.core.models import CCTBlock, build_model, get_model_config
 
 
 def within(value, reference, tolerance=0.005):

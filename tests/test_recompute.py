@@ -6,8 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from barter_mini.core.configs import get_model_config
-from barter_mini.core.models import build_model
+from barter_mini.core.models import build_model, get_model_config
 from barter_mini.core.recompute import (disable_selective_recompute, enable_selective_recompute,
                                         selective_recompute_of)
 from barter_mini.core.surgery import regather_units

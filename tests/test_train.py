@@ -130,7 +130,7 @@ def test_missing_dataset_says_how_to_get_it(tmp_path):
 
 def test_a_piled_start_is_where_a_compact_run_begins(tmp_path):
     from barter_mini.core.budgets import compute_budget, starting_allocation
-    from barter_mini.core.configs import get_model_config
+    from barter_mini.core.models import get_model_config
     result = cli("train", "--method", "static", "--dataset", "digits", "--density", "0.3", "--epochs", "1",
                  "--recipe", "smoke", "--start", "first", "--out", str(tmp_path / "run"), "--no-progress")
     assert result.returncode == 0, result.stderr

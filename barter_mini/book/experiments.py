@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from ..core.budgets import compute_budget, initial_allocation
 from ..training.cache import cached_metrics, cached_train
-from ..core.configs import get_model_config
+from ..core.models import get_model_config
 from ..errors import BarterError, choose
 from .profiles import Profile
 from ..training.methods import check_methods, get_method

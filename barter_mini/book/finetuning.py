@@ -30,7 +30,7 @@ from ..training.data import DATASETS
 from ..training.methods import check_methods, get_method
 from ..training.recipes import get_recipe
 from ..training.trainer import RunConfig
-from ..core.configs import get_model_config
+from ..core.models import get_model_config
 from .experiments import mean_std, profile_run, read_paper_table
 from .profiles import Profile
 from .report import METHOD_PALETTE

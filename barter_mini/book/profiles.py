@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..core.budgets import check_density, compute_budget
-from ..core.configs import get_model_config
+from ..core.models import get_model_config
 from ..errors import check_list, check_seed, choose
 
 

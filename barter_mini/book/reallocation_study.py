@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from ..errors import BarterError, check_list, choose
 from ..training.cache import cached_train
-from ..core.configs import get_model_config
+from ..core.models import get_model_config
 from ..training.recipes import get_recipe
 from ..training.trainer import RunConfig
 from .experiments import mean_std, profile_run

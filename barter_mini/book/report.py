@@ -11,7 +11,7 @@ import seaborn as sns
 
 from ..core.barter import BarterSettings, TransferSchedule
 from ..core.budgets import PAPER_TABLE3, compute_budget, initial_allocation
-from ..core.configs import get_model_config
+from ..core.models import get_model_config
 from ..errors import BarterError
 from .experiments import final_allocations
 

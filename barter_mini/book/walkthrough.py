@@ -12,8 +12,7 @@ import torch
 from torch import nn
 
 from ..core.barter import BarterSettings, receiver_room, select_donors, select_parents, select_receiver
-from ..core.configs import get_model_config
-from ..core.models import CompactTransformer, build_model
+from ..core.models import CompactTransformer, build_model, get_model_config
 from ..core.unit_statistics import LayerStatistics, UnitStatistics
 from ..errors import BarterError
 from ..training.data import load_dataset, make_loaders

@@ -101,12 +101,3 @@ MODEL_CONFIGS: dict[str, ModelConfig] = {
         depth=4, embed_dim=64, heads_per_layer=10, ffn_per_layer=128,
         patch_size=4, default_dataset="fashion-mnist"),
 }
-
-
-def get_model_config(name: str) -> ModelConfig:
-    """A configuration of ``MODEL_CONFIGS``, or a stock timm ViT named ``timm:ARCH[:key=value,...]``."""
-    if isinstance(name, str) and name.startswith("timm:"):
-        from .models.timm_vit import timm_model_config     # models import this module
-        return timm_model_config(name)
-    choose("model", name, MODEL_CONFIGS, extra="or timm:ARCH[:key=value,...] for a stock timm ViT")
-    return MODEL_CONFIGS[name]

@@ -34,12 +34,11 @@ from tqdm import tqdm
 
 from ..core.barter import BarterController
 from ..core.budgets import check_density, compute_budget
-from ..core.configs import get_model_config
 from ..core.compilation import cold_compile, graphs_compiled
 from ..core.counting import count_parameters, counted_training_gflops_per_image, training_gflops_per_image
 from ..core.execution import EXECUTIONS, Execution
 from ..core.method import MethodController
-from ..core.models import build_model
+from ..core.models import build_model, get_model_config
 from ..errors import BarterError, check_integer, choose
 from ..training.methods import MethodSetup, check_methods, get_method
 from ..training.recipes import get_recipe

@@ -13,8 +13,7 @@ import time
 import torch
 from torch import nn
 
-from ..core.configs import get_model_config
-from ..core.models import build_model
+from ..core.models import build_model, get_model_config
 from ..core.unit_statistics import UnitStatistics
 
 

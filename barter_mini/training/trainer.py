@@ -48,12 +48,12 @@ from tqdm import tqdm
 from ..version import __version__
 from ..core import distributed
 from ..core.budgets import STARTS, Allocation, check_allocation, check_density, compute_budget, starting_allocation
-from ..core.configs import ModelConfig, get_model_config
+from ..core.configs import ModelConfig
 from ..core.compilation import graphs_compiled
 from ..core.counting import count_parameters, training_gflops_per_image
 from ..core.execution import Execution
 from ..core.method import MethodController
-from ..core.models import build_model
+from ..core.models import build_model, get_model_config
 from ..core.surgery import allocation_of
 from ..errors import BarterError, TrainingDiverged, TrainingInterrupted, check_in_range, check_integer, choose
 from .checkpoints import (CHECKPOINT_FORMAT, RESUME_KEYS, RUN_KEYS, check_can_create, ensure_folder, load_checkpoint,

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 from torch import nn
 
+from ...errors import choose
 from ..budgets import Allocation, check_allocation, compute_budget, full_allocation, initial_allocation
-from ..configs import ModelConfig
+from ..configs import MODEL_CONFIGS, ModelConfig
 from .blocks import CCTBlock, attention_with_head_dim, vit_block
 from .compact import CompactCCT, CompactTransformer, CompactViT
-from .timm_vit import build_timm_vit, describe_timm_vit
+from .timm_vit import TIMM_PREFIX, build_timm_vit, describe_timm_vit, timm_model_config
 
 FAMILIES = {"cct": CompactCCT, "vit": CompactViT}
+
+
+def get_model_config(name: str) -> ModelConfig:
+    """A configuration of ``MODEL_CONFIGS``, or a stock timm ViT named ``timm:ARCH[:key=value,...]``
+    (:func:`~barter_mini.core.models.timm_vit.timm_model_config`)."""
+    if isinstance(name, str) and name.startswith(TIMM_PREFIX):
+        return timm_model_config(name)
+    choose("model", name, MODEL_CONFIGS, extra=f"or {TIMM_PREFIX}ARCH[:key=value,...] for a stock timm ViT")
+    return MODEL_CONFIGS[name]
 
 
 def build_model(config: ModelConfig, density: float = 1.0, allocation: Allocation | None = None,
@@ -27,5 +37,5 @@ def build_model(config: ModelConfig, density: float = 1.0, allocation: Allocatio
     return FAMILIES[config.family](config, allocation, drop_path=drop_path)
 
 
-__all__ = ["build_model", "CompactCCT", "CompactViT", "CompactTransformer", "CCTBlock",
+__all__ = ["build_model", "get_model_config", "CompactCCT", "CompactViT", "CompactTransformer", "CCTBlock",
            "vit_block", "attention_with_head_dim", "build_timm_vit", "describe_timm_vit"]
