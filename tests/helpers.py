@@ -14,6 +14,7 @@ from barter_mini.core.configs import ModelConfig
 from barter_mini.core.models import build_model
 from barter_mini.masked import MaskedDST
 from barter_mini.training.methods import METHODS
+from barter_mini.training.step import training_step
 
 #: a CPU-instant model: 3 layers, up to 4 heads of 16 and 12 FFN channels, 8x8 inputs
 TINY_CCT = ModelConfig(name="tiny-cct", family="cct", img_size=8, in_chans=1, num_classes=5, depth=3,
@@ -38,11 +39,8 @@ def batch(config: ModelConfig, n: int = 6, seed: int = 1):
 
 
 def train_step(model, optimizer, x, y):
-    optimizer.zero_grad(set_to_none=True)
-    loss = torch.nn.functional.cross_entropy(model(x), y)
-    loss.backward()
-    optimizer.step()
-    return loss.item()
+    """One plain optimizer step (the package's own protocol, no method); its loss."""
+    return training_step(model, optimizer, x, y).loss.item()
 
 
 def assert_in_sync(model, optimizer):

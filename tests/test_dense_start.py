@@ -27,7 +27,7 @@ from barter_mini.training.data import load_dataset, parse_classes
 from barter_mini.training.finetune import dense_start, load_dense_weights
 from barter_mini.training.trainer import RunConfig, train
 
-from helpers import TINY_CCT, assert_in_sync, batch, train_step
+from helpers import TINY_CCT, assert_in_sync, train_step
 
 #: a stock timm ViT, small enough for the CPU: 32x32 images, 3 layers of 6 heads of 16
 TIMM_KWARGS = dict(img_size=32, patch_size=8, embed_dim=96, num_heads=6, depth=3, num_classes=10)

@@ -14,7 +14,7 @@ from barter_mini.errors import BarterError
 from barter_mini.masked import MaskedSettings, RigL
 from barter_mini.training.recipes import get_recipe, with_overrides
 
-from helpers import TINY_CCT, assert_in_sync, batch, train_step
+from helpers import TINY_CCT, assert_in_sync, batch
 
 
 def test_a_new_entrys_updates_ramp_in_linearly_then_are_ordinary():

@@ -9,13 +9,13 @@ from itertools import cycle, islice
 
 import pandas as pd
 import torch
-from torch import nn
 
 from ..core.barter import BarterSettings, receiver_room, select_donors, select_parents, select_receiver
 from ..core.models import CompactTransformer, build_model, get_model_config
 from ..core.unit_statistics import LayerStatistics, UnitStatistics
 from ..errors import BarterError
 from ..training.data import load_dataset, make_loaders
+from ..training.step import training_step
 from ..training.trainer import RunConfig, parameter_groups, seed_everything
 from .experiments import profile_run
 from .profiles import Profile
@@ -44,9 +44,7 @@ def warmed_up_model(profile: Profile, density: float, seed: int = 0, steps: int 
     optimizer = torch.optim.AdamW(parameter_groups(model, 0.05), lr=lr)
     statistics = UnitStatistics(model, pruning_score=BarterSettings().pruning_score)   # the method's score
     for x, y in islice(cycle(loader), steps):
-        optimizer.zero_grad(set_to_none=True)
-        nn.functional.cross_entropy(model(x), y).backward()
-        optimizer.step()
+        training_step(model, optimizer, x, y)
     probe = next(iter(loader))[0][:32]
     return model.eval(), optimizer, statistics, probe
 

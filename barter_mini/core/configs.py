@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..errors import choose
 
 
 @dataclass(frozen=True)

@@ -42,9 +42,10 @@ from ..core.models import build_model, get_model_config
 from ..errors import BarterError, check_integer, choose
 from ..training.methods import MethodSetup, check_methods, get_method
 from ..training.recipes import get_recipe
-from ..training.trainer import RunConfig, make_optimizer, resolve_device
+from ..training.step import training_step
+from ..training.trainer import RunConfig, make_criterion, make_optimizer, resolve_device
 from .memory import step_memory
-from .breakdown import METHOD_LABEL, ideal_without_fixed_work, step_profile
+from .breakdown import ideal_without_fixed_work, step_profile
 from .timing import interleaved_times, timed
 
 #: what one epoch of each paper dataset holds (training images), for seconds per epoch
@@ -57,9 +58,9 @@ DEFAULT_DENSITIES = (0.1, 0.3, 0.5, 0.7)
 class TrainingStep:
     """One method's model, optimizer and per-step work on a fixed synthetic batch.
 
-    Calling it performs one optimizer step exactly as :func:`barter_mini.training.trainer.train`
-    does, numbered so that no topology update is due (steady-state steps); :meth:`run` performs
-    a step of a chosen number.
+    Calling it performs one optimizer step through the trainer's own
+    :func:`~barter_mini.training.step.training_step`, with the run's loss, numbered so that no
+    topology update is due (steady-state steps); :meth:`run` performs a step of a chosen number.
     """
 
     method: str
@@ -70,6 +71,8 @@ class TrainingStep:
     x: torch.Tensor
     y: torch.Tensor
     execution: Execution = Execution()
+    #: the training loss: the run's (label smoothing as its recipe says)
+    criterion: nn.Module = field(default_factory=nn.CrossEntropyLoss)
     step: int = 0
     #: the steps at which the controller changes the model (asked once: BARTER scans its schedule)
     changing_steps: list[int] = field(init=False)
@@ -85,14 +88,10 @@ class TrainingStep:
         self.run(self.step)
 
     def run(self, step: int, controller_after_step: bool = True) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
-        nn.functional.cross_entropy(self.model(self.x), self.y).backward()
-        with torch.profiler.record_function(METHOD_LABEL):
-            self.controller.before_step()
-        self.optimizer.step()
-        if controller_after_step:
-            with torch.profiler.record_function(METHOD_LABEL):
-                self.controller.after_step(step)
+        """Optimizer step number ``step`` (:func:`~barter_mini.training.step.training_step`);
+        without ``controller_after_step`` the controller's update is not run."""
+        training_step(self.model, self.optimizer, self.x, self.y, criterion=self.criterion,
+                      controller=self.controller, step=step if controller_after_step else None)
 
 
 def build_training_step(model_name: str, method: str, density: float, batch: int, total_steps: int,
@@ -112,7 +111,7 @@ def build_training_step(model_name: str, method: str, density: float, batch: int
     x = torch.randn(batch, config.in_chans, config.img_size, config.img_size, generator=generator).to(device)
     y = torch.randint(0, config.num_classes, (batch,), generator=generator).to(device)
     execution.apply(model)
-    return TrainingStep(method, run.density, model, optimizer, controller, x, y, execution)
+    return TrainingStep(method, run.density, model, optimizer, controller, x, y, execution, make_criterion(recipe))
 
 
 def check_bench_arguments(model: str, methods, densities, batch: int, steps: int,

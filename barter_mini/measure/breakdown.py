@@ -20,13 +20,10 @@ method's gradient and weight masking).
 
 from __future__ import annotations
 
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 from ..core.unit_statistics import PROFILE_LABEL as STATISTICS_LABEL
-
-#: the profiler label of a method's per-step work (``TrainingStep.run`` wraps it)
-METHOD_LABEL = "barter_mini.method_step"
+from ..training.step import METHOD_LABEL         # the label training_step puts on a method's work
 
 #: the categories of work that shrink with the density: matrix products and attention
 SCALING = ("matmul", "attention")

@@ -11,10 +11,10 @@ import statistics
 import time
 
 import torch
-from torch import nn
 
 from ..core.models import build_model, get_model_config
 from ..core.unit_statistics import UnitStatistics
+from ..training.step import training_step
 
 
 def synchronize(device: torch.device | str) -> None:
@@ -51,9 +51,7 @@ def statistics_overhead(model_name: str = "cct-paper", density: float = 0.5, bat
     y = torch.randint(0, config.num_classes, (batch,), device=device)
 
     def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        nn.functional.cross_entropy(model(x), y).backward()
-        optimizer.step()
+        training_step(model, optimizer, x, y)
 
     times = {"with_hooks": [], "without_hooks": []}
     hook_share = []

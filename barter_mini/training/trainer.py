@@ -64,6 +64,7 @@ from .finetune import dense_start
 from .locking import exclusive_lock
 from .methods import MethodSetup, get_method
 from .random_state import capture_generators, restore_generators
+from .step import training_step
 from .recipes import Recipe, get_recipe, with_overrides
 
 #: a run whose mean training loss over ``LOG_EVERY`` steps exceeds this many times the loss
@@ -215,6 +216,11 @@ def make_optimizer(model: nn.Module, recipe: Recipe) -> torch.optim.AdamW:
     """
     fused = next(model.parameters()).device.type in ("cpu", "cuda")
     return torch.optim.AdamW(parameter_groups(model, recipe.weight_decay), lr=recipe.lr, fused=fused)
+
+
+def make_criterion(recipe: Recipe) -> nn.Module:
+    """The training loss: cross-entropy with the recipe's label smoothing."""
+    return nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
 
 
 def resolve_recipe(run: RunConfig, family: str) -> Recipe:
@@ -389,7 +395,7 @@ def build_training(run: RunConfig, checkpoint: dict | None = None) -> Training:
         warmup_prefix=True, t_in_epochs=False)
     controller = method.build(MethodSetup(model, optimizer, run.density, total_steps, recipe, run.seed,
                                           from_trained=run.init is not None))
-    criterion = nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
+    criterion = make_criterion(recipe)
     t = Training(run, recipe, config, device, model, optimizer, scheduler, controller, criterion,
                  loaders, total_steps, started=time.perf_counter(), gflops_per_image=gflops)
     if checkpoint is not None:
@@ -434,6 +440,34 @@ def resume_training(t: Training, checkpoint: dict) -> None:
     restore_generators(parallel.own_state(state["rng"], "random generators"))
 
 
+def train_step(t: Training, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    """One optimizer step of the run on ``(x, y)`` (:func:`~barter_mini.training.step.training_step`)
+    and its bookkeeping: the LR schedule, the compute spent, the update's time and, after a
+    topology update, the tensors' new cost and a new DDP wrapper. Returns the batch's loss and
+    accuracy averaged over processes, read before backward: a non-finite loss stops the run
+    (:class:`~barter_mini.errors.TrainingDiverged`) before its gradients reach the weights, the
+    optimizer or the method's statistics, and the controller's ``before_step`` stops it before
+    it decides on non-finite values."""
+    measured: list[float] = []
+
+    def check_loss(loss: torch.Tensor, logits: torch.Tensor) -> None:
+        measured.extend(parallel.mean_over_processes(loss.item(), (logits.argmax(dim=1) == y).float().mean().item()))
+        if not math.isfinite(measured[0]):
+            raise TrainingDiverged(t.step + 1, f"the training loss is {measured[0]}")
+
+    outcome = training_step(t.forward, t.optimizer, x, y, criterion=t.criterion, controller=t.controller,
+                            step=t.step + 1, check_loss=check_loss)
+    t.step += 1
+    t.scheduler.step_update(t.step)          # no controller reads the LR: after its update is the same
+    t.train_gflops += t.gflops_per_image * x.shape[0] * distributed.world_size()
+    if outcome.changed is not None:
+        t.update_seconds += outcome.update_seconds
+        if not get_method(t.run.method).full_width:
+            t.gflops_per_image = training_gflops_per_image(t.model)  # the tensors changed size
+            t.forward = parallel.wrap(t.model, t.device)      # DDP's buckets hold the old tensors
+    return measured[0], measured[1]
+
+
 def fit_one_epoch(t: Training, after_each_step=None) -> dict:
     """Train the rest of epoch ``t.epoch`` (all of it unless resumed inside it), the method's
     controller around every optimizer step and ``after_each_step(t)`` after it (checkpoints,
@@ -450,29 +484,7 @@ def fit_one_epoch(t: Training, after_each_step=None) -> dict:
                disable=(None if t.run.progress is None else not t.run.progress), leave=False)
     for x, y in ([] if t.step >= t.total_steps else bar):
         x, y = x.to(t.device, non_blocking=True), y.to(t.device, non_blocking=True)
-        t.optimizer.zero_grad(set_to_none=True)
-        logits = t.forward(x)
-        loss = t.criterion(logits, y)
-        # read (and averaged over processes) before backward: a non-finite loss stops the run
-        # before its gradients reach the weights, the optimizer or the method's statistics
-        loss_value, accuracy = parallel.mean_over_processes(loss.item(), (logits.argmax(dim=1) == y).float().mean().item())
-        if not math.isfinite(loss_value):
-            raise TrainingDiverged(t.step + 1, f"the training loss is {loss_value}")
-        loss.backward()
-        t.controller.before_step()      # raises TrainingDiverged before deciding on non-finite values
-        t.optimizer.step()
-        t.step += 1
-        t.scheduler.step_update(t.step)
-        t.train_gflops += t.gflops_per_image * x.shape[0] * distributed.world_size()
-        started = time.perf_counter()
-        changed = t.controller.after_step(t.step) is not None
-        if changed:
-            if t.device.type == "cuda":
-                torch.cuda.synchronize(t.device)
-            t.update_seconds += time.perf_counter() - started
-            if not get_method(t.run.method).full_width:
-                t.gflops_per_image = training_gflops_per_image(t.model)  # the tensors changed size
-                t.forward = parallel.wrap(t.model, t.device)      # DDP's buckets hold the old tensors
+        loss_value, accuracy = train_step(t, x, y)
         losses.append(loss_value)
         t.step_losses.append(loss_value)
         t.window.append((loss_value, accuracy))

@@ -1,0 +1,76 @@
+"""One optimizer step of any method: the one place the step protocol is written.
+
+The trainer, the bench, the statistics' overhead timing and the book's walkthrough all call
+:func:`training_step`, so what the bench times is what ``train`` runs, and a change to the
+step (a precision, a graph, a new method hook) is made once::
+
+    optimizer.zero_grad(set_to_none=True)
+    logits = forward(x)
+    loss = criterion(logits, y)
+    check_loss(loss, logits)            # the trainer: average over processes, stop if not finite
+    loss.backward()
+    controller.before_step()            # between backward and the optimizer step
+    optimizer.step()
+    controller.after_step(step)         # on schedule: change the topology or the masks
+
+The controller's two calls run under the profiler label :data:`METHOD_LABEL`, so a profile
+charges them to the method (:mod:`barter_mini.measure.breakdown`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ..core.method import MethodController
+
+#: the profiler label of a method's own per-step work (its before_step and after_step)
+METHOD_LABEL = "barter_mini.method_step"
+
+
+@dataclass
+class StepOutcome:
+    """What one :func:`training_step` did: its loss and logits (not detached from nothing: the
+    graph is freed by backward), what the controller's ``after_step`` returned (None: nothing
+    changed) and the wall seconds that call took (synchronised on a GPU when it changed the
+    model, so the seconds are the update's)."""
+
+    loss: torch.Tensor
+    logits: torch.Tensor
+    changed: Any = None
+    update_seconds: float = 0.0
+
+
+def training_step(forward: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, *,
+                  criterion: Callable = nn.functional.cross_entropy,
+                  controller: MethodController | None = None, step: int | None = None,
+                  check_loss: Callable[[torch.Tensor, torch.Tensor], Any] | None = None) -> StepOutcome:
+    """One optimizer step of ``forward`` (a model or its DDP replica) on the batch ``(x, y)``
+    (module docstring). ``controller`` None: a method that never changes its model;
+    ``step`` (1-based) None: the controller's ``after_step`` is not called (the bench times an
+    update step's cost apart from it). ``check_loss(loss, logits)`` runs before backward and
+    may raise to stop the step there."""
+    optimizer.zero_grad(set_to_none=True)
+    logits = forward(x)
+    loss = criterion(logits, y)
+    if check_loss is not None:
+        check_loss(loss, logits)
+    loss.backward()
+    if controller is not None:
+        with torch.profiler.record_function(METHOD_LABEL):
+            controller.before_step()
+    optimizer.step()
+    outcome = StepOutcome(loss, logits)
+    if controller is not None and step is not None:
+        started = time.perf_counter()
+        with torch.profiler.record_function(METHOD_LABEL):
+            outcome.changed = controller.after_step(step)
+        if outcome.changed is not None:
+            if x.device.type == "cuda":
+                torch.cuda.synchronize(x.device)
+            outcome.update_seconds = time.perf_counter() - started
+    return outcome
