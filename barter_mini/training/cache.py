@@ -41,7 +41,7 @@ from typing import Iterator
 
 from ..errors import BarterError
 from ..version import __version__
-from .checkpoints import check_can_create, ensure_folder, read_json, write_json
+from .checkpoints import check_can_create, ensure_folder, read_json, remove_temporary_files, write_json
 from .locking import exclusive_lock, is_locked
 from .trainer import RunConfig, train
 
@@ -264,6 +264,7 @@ def cached_train(run: RunConfig, cache_dir: Path | None = None, train_missing: b
                 if partial.is_dir() and not (partial / "last.pt").exists():
                     shutil.rmtree(partial)       # nothing to resume from: leave no trace
                 raise
+            remove_temporary_files(partial, (COMPLETION_RECORD,))   # a record's write killed before
             write_completion_record(partial)
             os.replace(partial, target)
             lock_path(target).unlink(missing_ok=True)   # only once complete: see run_lock
