@@ -56,8 +56,6 @@ PAPER_TRANSFER = TransferTask(model="vit-paper", pretrain_dataset="tiny-imagenet
                               finetune_dataset="cifar100", finetune_classes=None, img_size=64)
 
 
-#: the methods of Table 10, then the compact ones (oneshot: allocate once by importance)
-FINETUNE_METHODS = ("dense", "set", "snfs", "rigl", "srigl", "s2vite", "static", "oneshot", "barter")
 #: Table 11 matches BARTER's compute to RigL's, the strongest masked baseline
 COMPUTE_REFERENCE = "rigl"
 #: the two schedules of Table 11

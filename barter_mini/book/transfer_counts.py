@@ -23,10 +23,6 @@ from ..training.trainer import RunConfig
 from .experiments import mean_std, profile_run, read_paper_table
 from .profiles import Profile
 
-#: Table 16's multipliers of the paper's transfer counts
-MULTIPLIERS = (1.0, 2.0, 4.0, 6.0)
-
-
 def multiplier_run(setup: Profile, multiplier: float, density: float, seed: int) -> RunConfig:
     """The profile's BARTER run with the paper's transfer counts times ``multiplier``."""
     return replace(profile_run(setup, "barter", density, seed), transfer_multiplier=float(multiplier))

@@ -176,11 +176,6 @@ class S2ViTE(MaskedDST):
     def _after_step_hook(self) -> None:
         self._head_stats.clear()
 
-    def remove_hooks(self) -> None:
-        for handle in self._hooks:
-            handle.remove()
-        self._hooks = []
-
     # ---------------------------------------------------------------- the update
 
     def _next_masks(self, step: int, fraction: float) -> dict[str, torch.Tensor]:
