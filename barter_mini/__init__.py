@@ -46,7 +46,8 @@ from .training.checkpoints import load_checkpoint, model_from_checkpoint
 from .training.data import load_dataset, make_loaders
 from .training.export import export_run
 from .training.methods import METHODS, get_method
-from .training.trainer import RunConfig, train
+from .training.run_config import RunConfig
+from .training.trainer import train
 
 __all__ = [
     "__version__", "Allocation", "BarterController", "BarterError", "BarterSettings", "Budget",

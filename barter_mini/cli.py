@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -61,19 +62,13 @@ def cmd_describe(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from .training.trainer import RunConfig, read_train_pflops, train
+    from .training.trainer import read_train_pflops, train
 
     if args.pflops is not None and args.match_compute:
         raise BarterError("give either --pflops or --match-compute, not both")
-    pflops = read_train_pflops(args.match_compute) if args.match_compute else args.pflops
-    run = RunConfig(method=args.method, model=args.model, dataset=args.dataset,
-                    density=args.density, seed=args.seed, recipe=args.recipe, epochs=args.epochs,
-                    batch_size=args.batch_size, lr=args.lr, train_subset=args.train_subset,
-                    transfer_multiplier=args.transfer_multiplier, delta_t=args.delta_t,
-                    start=args.start, init=args.init, pflops=pflops, classes=args.classes, img_size=args.img_size,
-                    data_root=args.data_root, download=args.download,
-                    device=args.device, compile=args.compile, recompute=args.recompute,
-                    progress=not args.no_progress)
+    if args.match_compute:
+        args.pflops = read_train_pflops(args.match_compute)
+    run = run_from_args(args)
     metrics = train(run, args.out, resume=args.resume, checkpoint_every=args.checkpoint_every)
     if os.environ.get("RANK", "0") != "0":      # under torchrun, rank 0 alone reports
         return 0
@@ -192,10 +187,9 @@ def cmd_sweep(args) -> int:
         if not args.methods:
             raise BarterError("give the grid's --methods (and --densities, --seeds), or --book PROFILE "
                               "for the runs the book's notebooks read")
-        stages = sweep_grid_stage(
-            args.methods, args.densities or [0.3], args.seeds or [0], model=args.model or "cct-mini",
-            dataset=args.dataset or "fashion-mnist", recipe=args.recipe or "quick", epochs=args.epochs,
-            train_subset=args.train_subset, data_root=args.data_root, download=args.download, device=args.device)
+        given = {name: getattr(args, name) for name in GRID_SETTINGS}      # unset: RunConfig's defaults
+        stages = sweep_grid_stage(args.methods, args.densities or [0.3], args.seeds or [0],
+                                  **{name: value for name, value in given.items() if value is not None})
     settings = ExecutorSettings(
         kind=args.executor, logs=Path(args.logs) if args.logs else cache_dir.parent / "sweep-logs",
         jobs=args.jobs, partition=args.partition,
@@ -264,9 +258,60 @@ def _classes(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(str(error))
 
 
+#: the run settings a sweep's grid takes as flags, beside its methods, densities and seeds
+GRID_SETTINGS = ("model", "dataset", "recipe", "epochs", "train_subset", "data_root", "download", "device")
+
+
+#: how a run setting's kind of value (training.run_config.KINDS) is parsed on the command line
+def _setting_parsers() -> dict:
+    return {"str": str, "int": int, "float": float, "positive_int": _positive_int, "density": _density,
+            "classes": _classes}
+
+
+def _run_setting_flag(parser, spec: dataclasses.Field, grid: bool = False) -> None:
+    """The flag of one :class:`~barter_mini.training.run_config.RunConfig` field, from its
+    metadata (help, kind, flag name); ``grid``: a sweep's flag, unset unless given (the grid
+    applies the field's default, which the help names)."""
+    meta = spec.metadata
+    flag = meta["flag"] or "--" + spec.name.replace("_", "-")
+    help_text = meta["help"]() if callable(meta["help"]) else meta["help"]
+    if meta["kind"] == "bool":           # a flag that sets the field, or (--no-...) clears it
+        parser.add_argument(flag, action="store_true", help=help_text)
+        return
+    default = spec.default if spec.default is not dataclasses.MISSING else None
+    if grid and default is not None:
+        help_text, default = f"{help_text} (default {default})", None
+    parser.add_argument(flag, type=_setting_parsers()[meta["kind"]], default=default, help=help_text,
+                        metavar=meta["metavar"])
+
+
+def add_run_settings(parser: argparse.ArgumentParser, names=None) -> None:
+    """A flag for every :class:`~barter_mini.training.run_config.RunConfig` field that has one
+    (or for the fields ``names``, as a sweep's grid flags)."""
+    from .training.run_config import RunConfig
+
+    for spec in dataclasses.fields(RunConfig):
+        if spec.metadata.get("cli", False) and (names is None or spec.name in names):
+            _run_setting_flag(parser, spec, grid=names is not None)
+
+
+def run_from_args(args: argparse.Namespace):
+    """The :class:`~barter_mini.training.run_config.RunConfig` the flags of :func:`add_run_settings` give."""
+    from .training.run_config import RunConfig
+
+    values = {}
+    for spec in dataclasses.fields(RunConfig):
+        meta = spec.metadata
+        if not meta.get("cli", False):
+            continue
+        flag = meta["flag"] or "--" + spec.name.replace("_", "-")
+        value = getattr(args, flag[2:].replace("-", "_"))
+        values[spec.name] = (not value) if flag.startswith("--no-") else value
+    return RunConfig(**values)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .core.configs import MODEL_CONFIGS
-    from .training.recipes import RECIPE_NAMES
     from .training.methods import METHODS
 
     model_help = f"one of {', '.join(MODEL_CONFIGS)}, or timm:ARCH[:key=value,...] (a stock timm ViT)"
@@ -280,39 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_describe)
 
     p = sub.add_parser("train", help="train one run into --out")
-    p.add_argument("--method", default="barter", help=f"one of {', '.join(METHODS)}")
-    p.add_argument("--model", default="cct-mini", help=model_help)
-    p.add_argument("--dataset", default="fashion-mnist", help="fashion-mnist, digits, cifar100 or tiny-imagenet")
-    p.add_argument("--density", type=_density, default=0.3, help="fraction of heads and FFN channels kept (dense: 1)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (model init, data split and order, updates)")
-    p.add_argument("--recipe", default="quick", help=f"one of {', '.join(RECIPE_NAMES)}")
-    p.add_argument("--epochs", type=_positive_int)
-    p.add_argument("--batch-size", type=_positive_int)
-    p.add_argument("--lr", type=float)
-    p.add_argument("--train-subset", type=_positive_int, help="train on the first N shuffled training images")
-    p.add_argument("--transfer-multiplier", type=float, help="scale the planned transfers (Table 16)")
-    p.add_argument("--delta-t", type=_positive_int, help="optimizer steps between topology updates")
-    p.add_argument("--start", default="even",
-                   help="initial allocation of a compact method: even, first or last (piled into those layers)")
-    p.add_argument("--init", metavar="CHECKPOINT",
-                   help="fine-tune from a dense checkpoint: best.pt or last.pt of a --method dense run, "
-                        "or a timm checkpoint file (.pth, .bin, .safetensors) of --model timm:ARCH")
-    p.add_argument("--classes", type=_classes,
-                   help="train on these classes only, relabelled 0..k-1: e.g. 0-4 (pretraining) or 5-9 (transfer)")
-    p.add_argument("--img-size", type=_positive_int,
-                   help="resize the images to this side, e.g. 64 to fine-tune a Tiny-ImageNet model on CIFAR-100")
-    p.add_argument("--pflops", type=float,
-                   help="train until this many cumulative training PFLOPs instead of --epochs (compute-matched)")
+    add_run_settings(p)
     p.add_argument("--match-compute", metavar="RUN_DIR",
                    help="train until the cumulative training PFLOPs of a finished run (Table 11)")
-    p.add_argument("--data-root", help="dataset folder (default: $BARTER_MINI_DATA or ./data)")
-    p.add_argument("--download", action="store_true", help="let torchvision download a missing dataset")
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
-    p.add_argument("--compile", action="store_true",
-                   help="run the encoder layers through torch.compile, with shapes that survive topology updates")
-    p.add_argument("--recompute", action="store_true",
-                   help="recompute LayerNorm and GELU outputs in backward instead of saving them (less memory)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--out", required=True, help="run folder for best.pt, last.pt and metrics.json")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its last.pt exactly (a finished run is not retrained)")
@@ -392,14 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--densities", type=_comma_list(float, "densities"),
                       help="comma-separated densities in (0, 1] (default 0.3; dense trains once at 1)")
     grid.add_argument("--seeds", type=_comma_list(int, "seeds"), help="comma-separated seeds (default 0)")
-    grid.add_argument("--model", help=f"{model_help} (default cct-mini)")
-    grid.add_argument("--dataset", help="fashion-mnist (default), digits, cifar100 or tiny-imagenet")
-    grid.add_argument("--recipe", help=f"one of {', '.join(RECIPE_NAMES)} (default quick)")
-    grid.add_argument("--epochs", type=_positive_int)
-    grid.add_argument("--train-subset", type=_positive_int, help="train on the first N shuffled training images")
-    grid.add_argument("--data-root", help="dataset folder on the machines that train (default: $BARTER_MINI_DATA or ./data)")
-    grid.add_argument("--download", action="store_true", help="let torchvision download a missing dataset")
-    grid.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    add_run_settings(grid, names=GRID_SETTINGS)
     jobs = p.add_argument_group("the jobs")
     jobs.add_argument("--cache-dir", help="the run cache to fill (default: $BARTER_MINI_CACHE or runs/cache)")
     jobs.add_argument("--executor", default="local", help="local (processes on this machine) or slurm")

@@ -22,7 +22,7 @@ from ..core.models import get_model_config
 from ..errors import BarterError, choose
 from .profiles import Profile
 from ..training.methods import check_methods, get_method
-from ..training.trainer import RunConfig
+from ..training.run_config import RunConfig
 
 #: the paper's reference tables, transcribed as CSV (comment line first)
 PAPER_DIR = Path(__file__).resolve().parents[2] / "data" / "paper"

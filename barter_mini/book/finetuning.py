@@ -29,7 +29,7 @@ from ..training.cache import cached_train, run_dir
 from ..training.data import DATASETS
 from ..training.methods import check_methods, get_method
 from ..training.recipes import get_recipe
-from ..training.trainer import RunConfig
+from ..training.run_config import RunConfig
 from ..core.models import get_model_config
 from .experiments import mean_std, profile_run, read_paper_table
 from .profiles import Profile

@@ -28,7 +28,7 @@ from typing import Callable
 
 from ..errors import BarterError, choose
 from ..training.sweep import Stage
-from ..training.trainer import RunConfig
+from ..training.run_config import RunConfig
 from .build import REPO, source_notebooks
 from .experiments import ABLATION_METHODS, grid_runs
 from .finetuning import finetuning_runs, matched_run, pretraining_run

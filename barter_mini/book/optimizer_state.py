@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from ..errors import BarterError, check_list
 from ..training.cache import cached_train
-from ..training.trainer import RunConfig
+from ..training.run_config import RunConfig
 from .experiments import mean_std, profile_run
 from .profiles import Profile
 from .report import METHOD_PALETTE

@@ -25,7 +25,7 @@ from ..errors import BarterError, check_list, choose
 from ..training.cache import cached_train
 from ..core.models import get_model_config
 from ..training.recipes import get_recipe
-from ..training.trainer import RunConfig
+from ..training.run_config import RunConfig
 from .experiments import mean_std, profile_run
 from .profiles import Profile
 

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from ..errors import BarterError, check_in_range, check_list
 from ..training.cache import cached_train
-from ..training.trainer import RunConfig
+from ..training.run_config import RunConfig
 from .experiments import mean_std, profile_run, read_paper_table
 from .profiles import Profile
 

@@ -16,7 +16,8 @@ from ..core.unit_statistics import LayerStatistics, UnitStatistics
 from ..errors import BarterError
 from ..training.data import load_dataset, make_loaders
 from ..training.step import training_step
-from ..training.trainer import RunConfig, parameter_groups, seed_everything
+from ..training.run_config import RunConfig
+from ..training.trainer import parameter_groups, seed_everything
 from .experiments import profile_run
 from .profiles import Profile
 

@@ -43,7 +43,8 @@ from ..errors import BarterError, check_integer, choose
 from ..training.methods import MethodSetup, check_methods, get_method
 from ..training.recipes import get_recipe
 from ..training.step import training_step
-from ..training.trainer import RunConfig, make_criterion, make_optimizer, resolve_device
+from ..training.run_config import RunConfig
+from ..training.trainer import make_criterion, make_optimizer, resolve_device
 from .memory import step_memory
 from .breakdown import ideal_without_fixed_work, step_profile
 from .timing import interleaved_times, timed

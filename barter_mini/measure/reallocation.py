@@ -34,7 +34,8 @@ from ..core.barter import BarterController, Transfer, clone, plan_transfer, prun
 from ..core.method import MethodController
 from ..core.surgery import allocation_of, unit_count, unit_parameters
 from ..core.unit_statistics import UnitStatistics
-from ..training.trainer import RunConfig, Training, build_training, fit_one_epoch
+from ..training.run_config import RunConfig
+from ..training.trainer import Training, build_training, fit_one_epoch
 
 #: steps after an update at which the probe looks again
 LATER = (1, 5, 20)

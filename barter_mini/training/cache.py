@@ -43,7 +43,8 @@ from ..errors import BarterError
 from ..version import __version__
 from .checkpoints import check_can_create, ensure_folder, read_json, remove_temporary_files, write_json
 from .locking import exclusive_lock, is_locked
-from .trainer import RunConfig, train
+from .run_config import RunConfig
+from .trainer import train
 
 PACKAGE = Path(__file__).resolve().parents[1]
 #: the layers whose source determines what a training run produces (measurement, the book

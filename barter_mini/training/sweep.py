@@ -40,7 +40,7 @@ import submitit
 from ..errors import BarterError, check_integer, choose
 from .cache import TRAIN_ENV, cached_train, check_cache_dir, entry_state, run_dir, run_is_locked
 from .methods import check_methods, get_method
-from .trainer import RunConfig
+from .run_config import RunConfig
 
 EXECUTORS = ("local", "slurm")
 #: a local job's time limit when none is given: submitit's own default (2 minutes) would

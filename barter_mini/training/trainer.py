@@ -47,7 +47,7 @@ from tqdm import tqdm
 
 from ..version import __version__
 from ..core import distributed
-from ..core.budgets import STARTS, Allocation, check_allocation, check_density, compute_budget, starting_allocation
+from ..core.budgets import Allocation, check_allocation, compute_budget, starting_allocation
 from ..core.configs import ModelConfig
 from ..core.compilation import graphs_compiled
 from ..core.counting import count_parameters, training_gflops_per_image
@@ -55,7 +55,7 @@ from ..core.execution import Execution
 from ..core.method import MethodController
 from ..core.models import build_model, get_model_config
 from ..core.surgery import allocation_of
-from ..errors import BarterError, TrainingDiverged, TrainingInterrupted, check_in_range, check_integer, choose
+from ..errors import BarterError, TrainingDiverged, TrainingInterrupted, check_integer
 from .checkpoints import (CHECKPOINT_FORMAT, RESUME_KEYS, RUN_KEYS, check_can_create, ensure_folder, load_checkpoint,
                           model_from_checkpoint, read_json, remove_temporary_files, save_checkpoint, write_json)
 from . import parallel
@@ -64,6 +64,7 @@ from .finetune import dense_start
 from .locking import exclusive_lock
 from .methods import MethodSetup, get_method
 from .random_state import capture_generators, restore_generators
+from .run_config import RunConfig
 from .step import training_step
 from .recipes import Recipe, get_recipe, with_overrides
 
@@ -79,108 +80,6 @@ LOG_EVERY = 10
 #: steps before and after every topology or mask update whose training losses metrics.json
 #: keeps (``update_losses``): where a cold start would show as a loss spike
 UPDATE_WINDOW = 10
-
-
-@dataclass
-class RunConfig:
-    """Everything that determines a training run (and its cache key in later tools)."""
-
-    method: str = "barter"
-    model: str = "cct-mini"
-    dataset: str = "fashion-mnist"
-    density: float = 0.3
-    seed: int = 0
-    recipe: str = "quick"
-    epochs: int | None = None
-    batch_size: int | None = None
-    lr: float | None = None
-    train_subset: int | None = None
-    transfer_multiplier: float | None = None
-    delta_t: int | None = None
-    #: where a compact model starts (core.budgets.STARTS): even, or piled into the first or last layers
-    start: str = "even"
-    #: or an explicit starting allocation ``{"heads": [...], "ffn": [...]}`` with the density's budgets
-    allocation: dict | None = None
-    #: fine-tune from this dense checkpoint (training.finetune), else train from scratch
-    init: str | None = None
-    #: train until the cumulative training compute reaches this many PFLOPs (compute-matched,
-    #: Table 11) instead of for the recipe's epochs; the LR and update schedules span those steps
-    pflops: float | None = None
-    #: train and evaluate on these classes of the dataset only, relabelled 0..k-1 (data.select_classes)
-    classes: tuple[int, ...] | None = None
-    #: resize the dataset's images to this many pixels a side (fine-tuning at a checkpoint's size)
-    img_size: int | None = None
-    data_root: str | None = None
-    download: bool = False
-    device: str = "auto"
-    #: the encoder layers through torch.compile with dynamic shapes (core.compilation)
-    compile: bool = False
-    #: LayerNorm and GELU outputs recomputed in backward instead of saved (core.recompute)
-    recompute: bool = False
-    progress: bool | None = None
-    overrides: dict = field(default_factory=dict)
-
-    def validate(self) -> "RunConfig":
-        """A checked, normalised copy: the density a method always trains at (dense: 1) applied.
-
-        Every value is checked here, before any data is loaded or any step is taken, so a bad
-        one is a one-line error at once rather than after minutes of work."""
-        # imported here: the names this check needs from the layers below live beside their data
-        from ..errors import check_seed
-        from .data import DATASETS
-        from .recipes import RECIPE_NAMES
-
-        method = get_method(self.method)
-        config = get_model_config(self.model)
-        check_density(self.density)          # even where the method overrides it: nan is never meant
-        density = check_density(method.fixed_density or self.density)
-        if not method.full_width:
-            compute_budget(config, density)  # refuses a density too small to keep a head per layer
-        choose("dataset", self.dataset, DATASETS)
-        choose("recipe", self.recipe, RECIPE_NAMES)
-        check_seed("seed", self.seed)
-        choose("start", self.start, STARTS)
-        if (self.start != "even" or self.allocation is not None) and method.full_width:
-            what = f"start {self.start!r}" if self.start != "even" else "a given allocation"
-            raise BarterError(f"{what} needs a compact method: {self.method} trains full-width "
-                              "tensors, so only start 'even' applies")
-        if self.allocation is not None and self.start != "even":
-            raise BarterError(f"give either start {self.start!r} or an allocation, not both")
-        if method.needs_init and self.init is None:
-            raise BarterError(f"{self.method} allocates by the importance of a trained dense model: "
-                              "give it one with --init CHECKPOINT")
-        if method.needs_init and (self.start != "even" or self.allocation is not None):
-            raise BarterError(f"{self.method} chooses its own allocation: leave start and allocation unset")
-        if self.init is not None and not Path(self.init).is_file():
-            raise BarterError(f"--init {self.init}: no such file; give a dense run's best.pt or last.pt "
-                              "(or a timm checkpoint file with --model timm:ARCH)")
-        for name in ("epochs", "batch_size", "train_subset", "delta_t"):
-            if getattr(self, name) is not None:
-                check_integer(name, getattr(self, name))
-        if self.lr is not None:
-            check_in_range("lr", self.lr, 0.0, math.inf, low_open=True)
-        if self.transfer_multiplier is not None:
-            check_in_range("transfer_multiplier", self.transfer_multiplier, 0.0, math.inf, low_open=True)
-        if self.img_size is not None:
-            # larger images outgrow memory in the first forward pass (attention over every patch)
-            check_integer("img_size", self.img_size, maximum=512)
-        if self.classes is not None and (
-                not isinstance(self.classes, (list, tuple)) or len(set(self.classes)) < 2
-                or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in self.classes)):
-            raise BarterError(f"classes must be at least two distinct class indices >= 0, got {self.classes!r}")
-        if self.data_root is not None and Path(self.data_root).exists() and not Path(self.data_root).is_dir():
-            raise BarterError(f"data root {self.data_root} is a file: give the folder that holds the datasets")
-        if self.pflops is not None:
-            check_in_range("pflops", self.pflops, 0.0, math.inf, low_open=True)
-            if self.epochs is not None:
-                raise BarterError("give either epochs or a PFLOPs budget (--pflops, --match-compute), not both")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise BarterError(f"device must be auto, cpu or cuda, got {self.device!r}")
-        for name in ("compile", "recompute"):
-            if not isinstance(getattr(self, name), bool):
-                raise BarterError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        Execution(self.compile, self.recompute)           # refuses the two together
-        return replace(self, density=density)
 
 
 def resolve_device(name: str) -> torch.device:

@@ -1,0 +1,152 @@
+"""The settings of a training run: one dataclass, the one place a setting is declared.
+
+Each field of :class:`RunConfig` carries what the command line needs to offer it as a flag
+(:func:`setting`: its help text, its kind of value, a flag name where it is not the field's),
+so ``barter-mini train`` builds its flags from the fields (``cli.add_run_settings``) and its
+run from the parsed flags; :meth:`RunConfig.validate` checks every value before any work.
+Adding a setting is one field here (and its use where it acts).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from ..core.budgets import STARTS, check_density, compute_budget
+from ..core.configs import MODEL_CONFIGS
+from ..core.execution import Execution
+from ..core.models import get_model_config
+from ..core.models.timm_vit import TIMM_PREFIX
+from ..errors import BarterError, check_in_range, check_integer, check_seed, choose
+from .data import DATASETS
+from .methods import get_method, METHODS
+from .recipes import RECIPE_NAMES
+
+#: the kinds of value a setting's flag parses (the command line maps each to its parser)
+KINDS = ("str", "int", "float", "positive_int", "density", "classes", "bool")
+
+
+def setting(default: Any, help: str | Callable[[], str] = "", *, kind: str | None = None, flag: str | None = None,
+            metavar: str | None = None, cli: bool = True):
+    """A :class:`RunConfig` field: ``default`` (a callable: a factory), and for its command-line
+    flag the ``help`` (text, or a function giving it from the registries), the ``kind`` of
+    value (:data:`KINDS`; default: bool for a bool default, else str), the ``flag`` (default
+    ``--field-name``; a bool field's flag sets it, ``--no-...`` clears it) and ``metavar``;
+    ``cli`` False: no flag (settings given from Python or notebooks only)."""
+    kind = kind or ("bool" if isinstance(default, bool) or flag and flag.startswith("--no-") else "str")
+    if kind not in KINDS:
+        raise ValueError(f"a setting's kind is one of {', '.join(KINDS)}, not {kind!r}")
+    metadata = {"help": help, "kind": kind, "flag": flag, "metavar": metavar, "cli": cli}
+    if callable(default):
+        return field(default_factory=default, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass
+class RunConfig:
+    """Everything that determines a training run (and its cache key in later tools)."""
+
+    method: str = setting("barter", lambda: f"one of {', '.join(METHODS)}")
+    model: str = setting("cct-mini", lambda: f"one of {', '.join(MODEL_CONFIGS)}, or {TIMM_PREFIX}ARCH[:key=value,...] "
+                                             "(a stock timm ViT)")
+    dataset: str = setting("fashion-mnist", lambda: ", ".join(DATASETS))
+    density: float = setting(0.3, "fraction of heads and FFN channels kept (dense: 1)", kind="density")
+    seed: int = setting(0, "random seed (model init, data split and order, updates)", kind="int")
+    recipe: str = setting("quick", lambda: f"one of {', '.join(RECIPE_NAMES)}")
+    epochs: int | None = setting(None, "epochs (default: the recipe's)", kind="positive_int")
+    batch_size: int | None = setting(None, "batch size (default: the recipe's)", kind="positive_int")
+    lr: float | None = setting(None, "peak learning rate (default: the recipe's)", kind="float")
+    train_subset: int | None = setting(None, "train on the first N shuffled training images", kind="positive_int")
+    transfer_multiplier: float | None = setting(None, "scale the planned transfers (Table 16)", kind="float")
+    delta_t: int | None = setting(None, "optimizer steps between topology updates", kind="positive_int")
+    #: where a compact model starts (core.budgets.STARTS): even, or piled into the first or last layers
+    start: str = setting("even", "initial allocation of a compact method: even, first or last (piled into those layers)")
+    #: or an explicit starting allocation ``{"heads": [...], "ffn": [...]}`` with the density's budgets
+    allocation: dict | None = setting(None, cli=False)
+    #: fine-tune from this dense checkpoint (training.finetune), else train from scratch
+    init: str | None = setting(None, "fine-tune from a dense checkpoint: best.pt or last.pt of a --method dense run, "
+                                     "or a timm checkpoint file (.pth, .bin, .safetensors) of --model timm:ARCH",
+                               metavar="CHECKPOINT")
+    #: train until the cumulative training compute reaches this many PFLOPs (compute-matched,
+    #: Table 11) instead of for the recipe's epochs; the LR and update schedules span those steps
+    pflops: float | None = setting(None, "train until this many cumulative training PFLOPs instead of --epochs "
+                                         "(compute-matched)", kind="float")
+    #: train and evaluate on these classes of the dataset only, relabelled 0..k-1 (data.select_classes)
+    classes: tuple[int, ...] | None = setting(None, "train on these classes only, relabelled 0..k-1: e.g. 0-4 "
+                                                    "(pretraining) or 5-9 (transfer)", kind="classes")
+    #: resize the dataset's images to this many pixels a side (fine-tuning at a checkpoint's size)
+    img_size: int | None = setting(None, "resize the images to this side, e.g. 64 to fine-tune a Tiny-ImageNet "
+                                         "model on CIFAR-100", kind="positive_int")
+    data_root: str | None = setting(None, "dataset folder (default: $BARTER_MINI_DATA or ./data)")
+    download: bool = setting(False, "let torchvision download a missing dataset")
+    device: str = setting("auto", "auto (CUDA when present), cpu or cuda")
+    #: the encoder layers through torch.compile with dynamic shapes (core.compilation)
+    compile: bool = setting(False, "run the encoder layers through torch.compile, with shapes that survive "
+                                   "topology updates")
+    #: LayerNorm and GELU outputs recomputed in backward instead of saved (core.recompute)
+    recompute: bool = setting(False, "recompute LayerNorm and GELU outputs in backward instead of saving them "
+                                     "(less memory)")
+    #: a progress bar (None: tqdm's choice, on a terminal); the flag turns it off
+    progress: bool | None = setting(None, "no progress bar", flag="--no-progress")
+    overrides: dict = setting(dict, cli=False)
+
+    def validate(self) -> "RunConfig":
+        """A checked, normalised copy: the density a method always trains at (dense: 1) applied.
+
+        Every value is checked here, before any data is loaded or any step is taken, so a bad
+        one is a one-line error at once rather than after minutes of work."""
+        method = get_method(self.method)
+        config = get_model_config(self.model)
+        check_density(self.density)          # even where the method overrides it: nan is never meant
+        density = check_density(method.fixed_density or self.density)
+        if not method.full_width:
+            compute_budget(config, density)  # refuses a density too small to keep a head per layer
+        choose("dataset", self.dataset, DATASETS)
+        choose("recipe", self.recipe, RECIPE_NAMES)
+        check_seed("seed", self.seed)
+        choose("start", self.start, STARTS)
+        if (self.start != "even" or self.allocation is not None) and method.full_width:
+            what = f"start {self.start!r}" if self.start != "even" else "a given allocation"
+            raise BarterError(f"{what} needs a compact method: {self.method} trains full-width "
+                              "tensors, so only start 'even' applies")
+        if self.allocation is not None and self.start != "even":
+            raise BarterError(f"give either start {self.start!r} or an allocation, not both")
+        if method.needs_init and self.init is None:
+            raise BarterError(f"{self.method} allocates by the importance of a trained dense model: "
+                              "give it one with --init CHECKPOINT")
+        if method.needs_init and (self.start != "even" or self.allocation is not None):
+            raise BarterError(f"{self.method} chooses its own allocation: leave start and allocation unset")
+        if self.init is not None and not Path(self.init).is_file():
+            raise BarterError(f"--init {self.init}: no such file; give a dense run's best.pt or last.pt "
+                              "(or a timm checkpoint file with --model timm:ARCH)")
+        for name in ("epochs", "batch_size", "train_subset", "delta_t"):
+            if getattr(self, name) is not None:
+                check_integer(name, getattr(self, name))
+        if self.lr is not None:
+            check_in_range("lr", self.lr, 0.0, math.inf, low_open=True)
+        if self.transfer_multiplier is not None:
+            check_in_range("transfer_multiplier", self.transfer_multiplier, 0.0, math.inf, low_open=True)
+        if self.img_size is not None:
+            # larger images outgrow memory in the first forward pass (attention over every patch)
+            check_integer("img_size", self.img_size, maximum=512)
+        if self.classes is not None and (
+                not isinstance(self.classes, (list, tuple)) or len(set(self.classes)) < 2
+                or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in self.classes)):
+            raise BarterError(f"classes must be at least two distinct class indices >= 0, got {self.classes!r}")
+        if self.data_root is not None and Path(self.data_root).exists() and not Path(self.data_root).is_dir():
+            raise BarterError(f"data root {self.data_root} is a file: give the folder that holds the datasets")
+        if self.pflops is not None:
+            check_in_range("pflops", self.pflops, 0.0, math.inf, low_open=True)
+            if self.epochs is not None:
+                raise BarterError("give either epochs or a PFLOPs budget (--pflops, --match-compute), not both")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise BarterError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        for name in ("compile", "recompute"):
+            if not isinstance(getattr(self, name), bool):
+                raise BarterError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        Execution(self.compile, self.recompute)           # refuses the two together
+        return replace(self, density=density)
+
+
