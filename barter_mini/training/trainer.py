@@ -34,7 +34,7 @@ import threading
 import time
 import contextlib
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -145,6 +145,22 @@ def evaluate(model: nn.Module, loader, device: torch.device) -> dict[str, float]
             "macro_f1": float(f1_score(true, pred, average="macro", zero_division=0))}
 
 
+def progress(default):
+    """A :class:`Training` field that last.pt keeps and a resumed run restores (``default``: a
+    value, or a factory such as ``list``)."""
+    if callable(default):
+        return field(default_factory=default, metadata={"progress": True})
+    return field(default=default, metadata={"progress": True})
+
+
+def progress_fields(t: "Training") -> list:
+    return [spec for spec in fields(t) if spec.metadata.get("progress")]
+
+
+def _copy(value):
+    return list(value) if isinstance(value, list) else value
+
+
 @dataclass
 class Training:
     """A run in progress: what :func:`build_training` sets up and :func:`fit_one_epoch` advances."""
@@ -161,27 +177,28 @@ class Training:
     loaders: tuple
     total_steps: int
     started: float
-    #: training GFLOPs per image of the tensors as they are now (3 x forward), and the
-    #: cumulative training GFLOPs so far: each segment between topology updates at its own cost
+    #: training GFLOPs per image of the tensors as they are now (3 x forward; recomputed on resume)
     gflops_per_image: float = 0.0
-    train_gflops: float = 0.0
+    # the progress of the run: what last.pt keeps and a resumed run restores, field by field
+    #: the cumulative training GFLOPs so far: each segment between topology updates at its own cost
+    train_gflops: float = progress(0.0)
     #: wall seconds spent in the controller's after_step calls that changed the model
-    update_seconds: float = 0.0
-    step: int = 0
-    best_acc: float = -1.0
-    history: list = field(default_factory=list)
-    curve: list = field(default_factory=list)
-    window: list = field(default_factory=list)
+    update_seconds: float = progress(0.0)
+    step: int = progress(0)
+    best_acc: float = progress(-1.0)
+    history: list = progress(list)
+    curve: list = progress(list)
+    window: list = progress(list)
     #: the training loss of every step so far (for the windows around updates)
-    step_losses: list = field(default_factory=list)
+    step_losses: list = progress(list)
     #: the epoch in progress or next to start (1-based), the batches of it already trained,
     #: their losses, and the training loader's generator state at its start
-    epoch: int = 1
-    batches_done: int = 0
-    epoch_losses: list = field(default_factory=list)
-    epoch_loader_state: torch.Tensor | None = None
+    epoch: int = progress(1)
+    batches_done: int = progress(0)
+    epoch_losses: list = progress(list)
+    epoch_loader_state: torch.Tensor | None = progress(None)
     #: the last completed epoch's validation scores
-    last_val: dict | None = None
+    last_val: dict | None = progress(None)
     #: what the training step calls: the model, or its DDP replica (training.parallel)
     forward: nn.Module | None = None
     #: Dynamo's graph count when the run started (--compile: the difference counts recompiles)
@@ -197,16 +214,20 @@ class Training:
                 "resume": self.resume_state()}
 
     def resume_state(self) -> dict:
-        """The trainer's side of an exact resume: position in the data, RNGs, LR schedule, records."""
-        return {"epoch": self.epoch, "batches_done": self.batches_done, "epoch_losses": list(self.epoch_losses),
-                "epoch_loader_state": self.epoch_loader_state, "total_steps": self.total_steps,
-                "epochs": self.recipe.epochs, "scheduler": self.scheduler.state_dict(),
-                # every process's generators: they draw different augmentations
-                "rng": distributed.all_gather(capture_generators()),
-                "best_acc": self.best_acc, "history": list(self.history), "curve": list(self.curve),
-                "window": list(self.window), "step_losses": list(self.step_losses),
-                "train_gflops": self.train_gflops, "update_seconds": self.update_seconds,
+        """The trainer's side of an exact resume: every :func:`progress` field (position in the
+        data, records), the length fixed when the run started, the LR schedule, every process's
+        random generators (they draw different augmentations) and the elapsed time."""
+        return {**{f.name: _copy(getattr(self, f.name)) for f in progress_fields(self)},
+                "total_steps": self.total_steps, "epochs": self.recipe.epochs,
+                "scheduler": self.scheduler.state_dict(), "rng": distributed.all_gather(capture_generators()),
                 "elapsed_s": time.perf_counter() - self.started}
+
+    def load_resume_state(self, state: dict) -> None:
+        """Restore :meth:`resume_state`'s progress fields and elapsed time (the rest:
+        :func:`resume_training`)."""
+        for spec in progress_fields(self):
+            setattr(self, spec.name, _copy(state[spec.name]))
+        self.started = time.perf_counter() - state["elapsed_s"]
 
 
 def steps_for_compute(pflops: float, gflops_per_image: float, batch_size: int) -> int:
@@ -326,13 +347,7 @@ def resume_training(t: Training, checkpoint: dict) -> None:
     t.optimizer.load_state_dict(checkpoint["optimizer"])
     t.scheduler.load_state_dict(state["scheduler"])
     t.controller.load_state_dict(checkpoint["controller"])
-    t.step, t.epoch, t.batches_done = checkpoint["step"], state["epoch"], state["batches_done"]
-    t.epoch_losses, t.epoch_loader_state = list(state["epoch_losses"]), state["epoch_loader_state"]
-    t.last_val, t.best_acc = checkpoint["val"], state["best_acc"]
-    t.history, t.curve, t.window = list(state["history"]), list(state["curve"]), list(state["window"])
-    t.step_losses, t.train_gflops = list(state["step_losses"]), state["train_gflops"]
-    t.update_seconds = state["update_seconds"]
-    t.started = time.perf_counter() - state["elapsed_s"]
+    t.load_resume_state(state)
     t.gflops_per_image = training_gflops_per_image(t.model)
     if t.epoch_loader_state is not None:     # the shuffle of the epoch the run continues in
         t.loaders[0].generator.set_state(t.epoch_loader_state)
