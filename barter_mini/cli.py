@@ -310,20 +310,22 @@ def run_from_args(args: argparse.Namespace):
     return RunConfig(**values)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _model_help() -> str:
     from .core.configs import MODEL_CONFIGS
-    from .training.methods import METHODS
 
-    model_help = f"one of {', '.join(MODEL_CONFIGS)}, or timm:ARCH[:key=value,...] (a stock timm ViT)"
-    parser = argparse.ArgumentParser(prog="barter-mini", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    return f"one of {', '.join(MODEL_CONFIGS)}, or timm:ARCH[:key=value,...] (a stock timm ViT)"
 
+
+def _describe_parser(sub) -> None:
+    model_help = _model_help()
     p = sub.add_parser("describe", help="budgets, per-layer allocation, parameters and GFLOPs of a model")
     p.add_argument("--model", required=True, help=model_help)
     p.add_argument("--density", type=_density, default=1.0, help="fraction of heads and FFN channels kept, in (0, 1]")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_describe)
 
+
+def _train_parser(sub) -> None:
     p = sub.add_parser("train", help="train one run into --out")
     add_run_settings(p)
     p.add_argument("--match-compute", metavar="RUN_DIR",
@@ -336,12 +338,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "on SIGTERM/SIGINT)")
     p.set_defaults(func=cmd_train)
 
+
+def _export_parser(sub) -> None:
     p = sub.add_parser("export", help="write a trained run's model in its smallest dense form")
     p.add_argument("run_dir", help="a run folder written by barter-mini train")
     p.add_argument("--out", required=True, type=_output_file, help="file to write (a torch checkpoint)")
     p.add_argument("--checkpoint", default="best.pt", help="best.pt (default) or last.pt")
     p.set_defaults(func=cmd_export)
 
+
+def _book_parser(sub) -> None:
     p = sub.add_parser("book", help="execute every notebook with papermill and build the Jupyter Book")
     p.add_argument("--profile", default="quick", help="quick (CPU minutes), smoke (seconds) or paper (GPU)")
     p.add_argument("--build-dir", help="where to stage and build (default: ./_build)")
@@ -350,12 +356,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "PROFILE); a missing run stops the build with the sweep command that trains it")
     p.set_defaults(func=cmd_book)
 
+
+def _data_parser(sub) -> None:
     p = sub.add_parser("data", help="prepare a dataset (Fashion-MNIST from Debian's package) and print its splits")
     p.add_argument("dataset", nargs="?", default="fashion-mnist")
     p.add_argument("--data-root", type=_data_root, help="dataset folder (default: $BARTER_MINI_DATA or ./data)")
     p.add_argument("--download", action="store_true", help="let torchvision download a missing dataset")
     p.set_defaults(func=cmd_data)
 
+
+def _bench_parser(sub) -> None:
+    from .training.methods import METHODS
+
+    model_help = _model_help()
     p = sub.add_parser("bench", help="step time, epoch time, peak memory, FLOPs, exported size and update cost "
                                      "of every method and density, measured side by side")
     p.add_argument("--model", default="cct-paper", help=model_help)
@@ -383,6 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=_output_file, help="also write the rows as JSON to this file (atomically)")
     p.set_defaults(func=cmd_bench)
 
+
+def _overhead_parser(sub) -> None:
     p = sub.add_parser("overhead", help="time a training step with and without the statistics hooks")
     p.add_argument("--model", default="cct-paper")
     p.add_argument("--density", type=_density, default=0.5)
@@ -391,6 +406,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=_non_negative_int, default=2)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_overhead)
+
+
+def _sweep_parser(sub) -> None:
+    from .training.methods import METHODS
 
     p = sub.add_parser("sweep", help="train a grid of runs into the run cache through submitit (local or Slurm)",
                        description="Train every run of a grid (methods x densities x seeds, or --book PROFILE: the "
@@ -425,6 +444,17 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also write last.pt every STEPS optimizer steps (default: every epoch only)")
     jobs.add_argument("--dry-run", action="store_true", help="list what would be trained; submit nothing")
     p.set_defaults(func=cmd_sweep)
+
+
+#: the commands, each with the function that adds its parser
+COMMANDS = (_describe_parser, _train_parser, _export_parser, _book_parser, _data_parser, _bench_parser, _overhead_parser, _sweep_parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="barter-mini", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add_parser in COMMANDS:
+        add_parser(sub)
     return parser
 
 
