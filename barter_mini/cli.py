@@ -143,7 +143,8 @@ def _comma_list(convert, what: str):
 
 
 def cmd_bench(args) -> int:
-    from .measure.bench import bench, format_report
+    from .measure.bench import bench
+    from .measure.bench_report import format_report
     from .training.checkpoints import write_json
 
     grid = {name: value for name, value in (("methods", args.methods), ("densities", args.densities))

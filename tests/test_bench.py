@@ -9,8 +9,8 @@ from barter_mini.book.efficiency import iphone_comparison
 from barter_mini.cli import main
 from barter_mini.core.counting import counted_training_gflops_per_image, forward_flops_per_image
 from barter_mini.core.models import build_model, get_model_config
-from barter_mini.measure.bench import (build_training_step, bench, execution_effects, fixed_work, format_report,
-                                      ratios)
+from barter_mini.measure.bench import build_training_step, bench
+from barter_mini.measure.bench_report import execution_effects, fixed_work, format_report, ratios
 from barter_mini.measure.memory import step_memory, tensor_bytes
 from barter_mini.measure.breakdown import CATEGORIES, FIXED, ideal_without_fixed_work, step_profile
 from barter_mini.measure.timing import interleaved_times

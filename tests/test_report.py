@@ -30,7 +30,8 @@ from barter_mini.book.walkthrough import donors_and_parents, moment_norms, recei
 from barter_mini.core.barter import BarterSettings, clone, prune_donors, transfer_units  # noqa: E402
 from barter_mini.core.unit_statistics import UnitStatistics  # noqa: E402
 from barter_mini.errors import BarterError  # noqa: E402
-from barter_mini.measure.bench import bench, compute_and_size_rows, ratios  # noqa: E402
+from barter_mini.measure.bench import bench, compute_and_size_rows  # noqa: E402
+from barter_mini.measure.bench_report import ratios  # noqa: E402
 from barter_mini.training.methods import METHODS  # noqa: E402
 from barter_mini.training.trainer import RunConfig  # noqa: E402
 

@@ -84,15 +84,15 @@ COMPUTE_COLUMNS = {"model": "model", "method": "method", "density": "density",
                    "paper_train_gflops_per_image": "paper GFLOPs per image",
                    "params_m": "params (M)", "paper_params_m": "paper params (M)",
                    "counted_train_gflops_per_image": "counted GFLOPs (fwd + bwd)"}
-#: BARTER against RigL per density (from :func:`barter_mini.measure.bench.ratios`)
+#: BARTER against RigL per density (from :func:`barter_mini.measure.bench_report.ratios`)
 RATIO_COLUMNS = {"density": "density", "speedup": "speedup per step", "ideal_speedup": "FLOPs-ideal speedup",
                  "efficiency": "efficiency", "epoch_speedup": "speedup per epoch",
                  "memory_fraction": "memory share", "update_percent_of_training": "updates (% of training)"}
-#: BARTER's fixed work and the efficiency without it (from :func:`barter_mini.measure.bench.fixed_work`)
+#: BARTER's fixed work and the efficiency without it (from :func:`barter_mini.measure.bench_report.fixed_work`)
 FIXED_WORK_COLUMNS = {"model": "model", "density": "density", "efficiency": "efficiency",
                       "fixed_ms": "fixed ms/step", "fixed_share": "fixed share",
                       "rigl_fixed_ms": "RigL's fixed ms/step", "efficiency_without_fixed": "efficiency without it"}
-#: an execution against eager (from :func:`barter_mini.measure.bench.execution_effects`)
+#: an execution against eager (from :func:`barter_mini.measure.bench_report.execution_effects`)
 EXECUTION_COLUMNS = {"model": "model", "method": "method", "density": "density", "execution": "execution",
                      "step_speedup": "speedup", "memory_fraction": "memory",
                      "compile_s": "compile (s)", "compile_s_per_schedule": "schedule (s)"}
@@ -342,7 +342,7 @@ PROFILE_CATEGORIES = ("matmul", "attention", "layernorm", "stem", "elementwise",
 
 def plot_efficiency(ratios: pd.DataFrame, paper_gap: float = 0.85):
     """BARTER's measured speedup over RigL as a share of the FLOPs-ideal one, against density:
-    one line per model and execution (``ratios``: :func:`~barter_mini.measure.bench.ratios`
+    one line per model and execution (``ratios``: :func:`~barter_mini.measure.bench_report.ratios`
     rows with a ``model`` column), the issue's target as a dotted line."""
     fig, ax = plt.subplots(figsize=(7, 4), constrained_layout=True)
     frame = ratios.assign(execution=ratios.get("execution", "eager"))
