@@ -269,13 +269,22 @@ def _setting_parsers() -> dict:
             "classes": _classes}
 
 
+def _flag_of(spec: dataclasses.Field) -> str:
+    """The command-line flag of a RunConfig field: its own (``--no-progress``) or ``--field-name``."""
+    return spec.metadata["flag"] or "--" + spec.name.replace("_", "-")
+
+
+def _help_of(spec: dataclasses.Field) -> str:
+    text = spec.metadata["help"]
+    return text() if callable(text) else text
+
+
 def _run_setting_flag(parser, spec: dataclasses.Field, grid: bool = False) -> None:
     """The flag of one :class:`~barter_mini.training.run_config.RunConfig` field, from its
     metadata (help, kind, flag name); ``grid``: a sweep's flag, unset unless given (the grid
     applies the field's default, which the help names)."""
     meta = spec.metadata
-    flag = meta["flag"] or "--" + spec.name.replace("_", "-")
-    help_text = meta["help"]() if callable(meta["help"]) else meta["help"]
+    flag, help_text = _flag_of(spec), _help_of(spec)
     if meta["kind"] == "bool":           # a flag that sets the field, or (--no-...) clears it
         parser.add_argument(flag, action="store_true", help=help_text)
         return
@@ -302,19 +311,19 @@ def run_from_args(args: argparse.Namespace):
 
     values = {}
     for spec in dataclasses.fields(RunConfig):
-        meta = spec.metadata
-        if not meta.get("cli", False):
+        if not spec.metadata.get("cli", False):
             continue
-        flag = meta["flag"] or "--" + spec.name.replace("_", "-")
+        flag = _flag_of(spec)
         value = getattr(args, flag[2:].replace("-", "_"))
         values[spec.name] = (not value) if flag.startswith("--no-") else value
     return RunConfig(**values)
 
 
 def _model_help() -> str:
-    from .core.configs import MODEL_CONFIGS
+    """The help of --model, wherever a command takes one: RunConfig's model field's."""
+    from .training.run_config import RunConfig
 
-    return f"one of {', '.join(MODEL_CONFIGS)}, or timm:ARCH[:key=value,...] (a stock timm ViT)"
+    return _help_of(next(spec for spec in dataclasses.fields(RunConfig) if spec.name == "model"))
 
 
 def _describe_parser(sub) -> None:
