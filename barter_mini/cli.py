@@ -9,15 +9,20 @@ import os
 import sys
 from pathlib import Path
 
+from .core.barter import BarterSettings, TransferSchedule
+from .core.budgets import PAPER_TABLE3, compute_budget, full_allocation, initial_allocation
+from .core.counting import count_parameters, training_gflops_per_image
+from .core.models import build_model, get_model_config
+from .training.checkpoints import check_can_create, write_json
+from .training.data import load_dataset, parse_classes
+from .training.export import export_run
+from .training.methods import METHODS
+from .training.run_config import RunConfig
+from .training.trainer import read_train_pflops, train
 from .errors import DIVERGED_STATUS, MAX_SEED, BarterError, TrainingDiverged, TrainingInterrupted, check_integer, check_seed
 
 
 def _describe(args) -> dict:
-    from .core.barter import BarterSettings, TransferSchedule
-    from .core.budgets import PAPER_TABLE3, compute_budget, full_allocation, initial_allocation
-    from .core.counting import count_parameters, training_gflops_per_image
-    from .core.models import build_model, get_model_config
-
     config = get_model_config(args.model)
     budget = compute_budget(config, args.density)
     allocation = initial_allocation(config, budget) if args.density < 1 else full_allocation(config)
@@ -62,8 +67,6 @@ def cmd_describe(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from .training.trainer import read_train_pflops, train
-
     if args.pflops is not None and args.match_compute:
         raise BarterError("give either --pflops or --match-compute, not both")
     if args.match_compute:
@@ -86,8 +89,6 @@ def cmd_train(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .training.export import export_run
-
     summary = export_run(args.run_dir, args.out, args.checkpoint)
     print(f"{summary['method']} rho={summary['density']:g}: {summary['params']:,} parameters, "
           f"heads {summary['allocation']['heads']}, FFN channels {summary['allocation']['ffn']} -> {summary['out']}")
@@ -95,8 +96,6 @@ def cmd_export(args) -> int:
 
 
 def cmd_data(args) -> int:
-    from .training.data import load_dataset
-
     splits = load_dataset(args.dataset, args.data_root, download=args.download)
     print(f"{args.dataset}: {len(splits.train)} train / {len(splits.val)} val / {len(splits.test)} test "
           f"images of {splits.info.in_chans}x{splits.info.img_size}x{splits.info.img_size}, "
@@ -145,7 +144,6 @@ def _comma_list(convert, what: str):
 def cmd_bench(args) -> int:
     from .measure.bench import bench
     from .measure.bench_report import format_report
-    from .training.checkpoints import write_json
 
     grid = {name: value for name, value in (("methods", args.methods), ("densities", args.densities))
             if value is not None}                  # unset: bench's own defaults
@@ -163,8 +161,6 @@ def cmd_bench(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    import os
-
     from .training.cache import default_cache_dir
     from .training.sweep import ExecutorSettings, run_sweep, sweep_grid_stage
 
@@ -225,7 +221,6 @@ def _seed(text: str) -> int:
 
 def _output_file(text: str) -> str:
     """A file to write at the end of the work: refused at once if it could not be written then."""
-    from .training.checkpoints import check_can_create
 
     path = Path(text)
     if path.is_dir():
@@ -251,8 +246,6 @@ def _density(text: str) -> float:
 
 
 def _classes(text: str) -> tuple[int, ...]:
-    from .training.data import parse_classes
-
     try:
         return parse_classes(text)
     except BarterError as error:
@@ -298,7 +291,6 @@ def _run_setting_flag(parser, spec: dataclasses.Field, grid: bool = False) -> No
 def add_run_settings(parser: argparse.ArgumentParser, names=None) -> None:
     """A flag for every :class:`~barter_mini.training.run_config.RunConfig` field that has one
     (or for the fields ``names``, as a sweep's grid flags)."""
-    from .training.run_config import RunConfig
 
     for spec in dataclasses.fields(RunConfig):
         if spec.metadata.get("cli", False) and (names is None or spec.name in names):
@@ -307,7 +299,6 @@ def add_run_settings(parser: argparse.ArgumentParser, names=None) -> None:
 
 def run_from_args(args: argparse.Namespace):
     """The :class:`~barter_mini.training.run_config.RunConfig` the flags of :func:`add_run_settings` give."""
-    from .training.run_config import RunConfig
 
     values = {}
     for spec in dataclasses.fields(RunConfig):
@@ -321,7 +312,6 @@ def run_from_args(args: argparse.Namespace):
 
 def _model_help() -> str:
     """The help of --model, wherever a command takes one: RunConfig's model field's."""
-    from .training.run_config import RunConfig
 
     return _help_of(next(spec for spec in dataclasses.fields(RunConfig) if spec.name == "model"))
 
@@ -376,8 +366,6 @@ def _data_parser(sub) -> None:
 
 
 def _bench_parser(sub) -> None:
-    from .training.methods import METHODS
-
     model_help = _model_help()
     p = sub.add_parser("bench", help="step time, epoch time, peak memory, FLOPs, exported size and update cost "
                                      "of every method and density, measured side by side")
@@ -419,8 +407,6 @@ def _overhead_parser(sub) -> None:
 
 
 def _sweep_parser(sub) -> None:
-    from .training.methods import METHODS
-
     p = sub.add_parser("sweep", help="train a grid of runs into the run cache through submitit (local or Slurm)",
                        description="Train every run of a grid (methods x densities x seeds, or --book PROFILE: the "
                                    "runs the book's notebooks read) into the run cache the notebooks read, one "

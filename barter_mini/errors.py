@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import signal
 
 
 class BarterError(ValueError):
@@ -20,8 +21,6 @@ class TrainingInterrupted(Exception):
     with ``128 + signum``, the status a shell gives a process ended by that signal."""
 
     def __init__(self, signum: int, step: int, checkpoint):
-        import signal
-
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
         super().__init__(f"{signal.Signals(signum).name} at step {step}: {checkpoint} written; "
                          "continue with the same command and --resume")

@@ -28,7 +28,8 @@ from barter_mini.training.checkpoints import (CHECKPOINT_FORMAT, load_checkpoint
                                               write_json)
 from barter_mini.training.locking import exclusive_lock
 from barter_mini.training.sweep import ExecutorSettings, Stage, run_sweep
-from barter_mini.training.trainer import RUN_LOCK, RunConfig, train
+from barter_mini.training.run_folder import RUN_LOCK
+from barter_mini.training.trainer import RunConfig, train
 
 from helpers import TINY_CCT, batch, tiny_model
 
@@ -194,7 +195,7 @@ def test_barter_never_decides_on_non_finite_statistics():
     optimizer = torch.optim.AdamW(model.parameters())
     controller = BarterController(model, optimizer, total_steps=100, settings=BarterSettings(delta_t=5))
     first = controller.schedule.update_steps[0]
-    controller.statistics.layers["heads"][1].importance[0] = math.nan
+    controller.statistics.layers["heads"][1].pruning_ema[0] = math.nan
     controller.step = first - 2
     controller.before_step()                        # the next step decides nothing: no check
     controller.step = first - 1

@@ -21,8 +21,8 @@ def layer(importance, pressure=None, age=None, beta=0.5):
     age = torch.tensor(age if age is not None else [1] * n)
     # store EMAs so that the bias-corrected scores equal the given numbers
     correction = 1 - beta ** age.float()
-    stats.importance = torch.tensor(importance, dtype=torch.float) * correction
-    stats.pressure = torch.tensor(pressure if pressure is not None else importance, dtype=torch.float) * correction
+    stats.pruning_ema = torch.tensor(importance, dtype=torch.float) * correction
+    stats.growth_ema = torch.tensor(pressure if pressure is not None else importance, dtype=torch.float) * correction
     stats.age = age
     return stats
 
@@ -123,8 +123,8 @@ def test_budgets_and_bounds_hold_after_random_updates(updates):
         g = torch.Generator().manual_seed(u["seed"])
         for layer_stats in (*statistics.layers["heads"], *statistics.layers["ffn"]):
             n = layer_stats.age.numel()
-            layer_stats.importance = torch.rand(n, generator=g)
-            layer_stats.pressure = torch.rand(n, generator=g)
+            layer_stats.pruning_ema = torch.rand(n, generator=g)
+            layer_stats.growth_ema = torch.rand(n, generator=g)
             layer_stats.age = torch.randint(0, 6, (n,), generator=g)
         young = {kind: [(l, u_) for l, s in enumerate(statistics.layers[kind])
                         for u_ in range(s.age.numel()) if s.age[u_] < u["min_age"]]

@@ -14,12 +14,14 @@ import pytest
 import torch
 from PIL import Image
 
+import barter_mini
 from barter_mini.training import data as D
+from barter_mini.training.data import files as data_files
 from barter_mini.training.data import DATASETS, load_dataset, make_loaders
 from barter_mini.errors import BarterError
 
 DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
-FASHION_NAMES = D._FASHION_FILES
+FASHION_NAMES = data_files.FASHION_FILES
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +74,7 @@ def fashion_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("fashion-root")
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("BARTER_MINI_FASHION_MNIST_DEBIAN", raising=False)
-        mp.setattr(D, "FASHION_MNIST_DEBIAN_DIR", DEBIAN_FASHION)
+        mp.setattr(data_files, "FASHION_MNIST_DEBIAN_DIR", DEBIAN_FASHION)
         load_dataset("fashion-mnist", root)  # prepares root/FashionMNIST/raw once
     return root
 
@@ -148,7 +150,7 @@ def test_fashion_mnist_prepared_from_small_debian_folder(tmp_path, monkeypatch):
                                    rtol=1e-5, atol=1e-3)
     # the constant is honoured too, and the env var wins over it
     monkeypatch.delenv("BARTER_MINI_FASHION_MNIST_DEBIAN")
-    monkeypatch.setattr(D, "FASHION_MNIST_DEBIAN_DIR", debian)
+    monkeypatch.setattr(data_files, "FASHION_MNIST_DEBIAN_DIR", debian)
     s2 = load_dataset("fashion-mnist", tmp_path / "root2")
     assert len(s2.test) == 10
 
@@ -158,7 +160,7 @@ def test_fashion_mnist_truncated_debian_file_leaves_nothing(tmp_path, monkeypatc
     _write_debian_folder(debian)
     good = (debian / "train-images-idx3-ubyte.gz").read_bytes()
     (debian / "train-images-idx3-ubyte.gz").write_bytes(good[: len(good) // 2])
-    monkeypatch.setattr(D, "FASHION_MNIST_DEBIAN_DIR", debian)
+    monkeypatch.setattr(data_files, "FASHION_MNIST_DEBIAN_DIR", debian)
     with pytest.raises(BarterError) as err:
         load_dataset("fashion-mnist", tmp_path / "root")
     assert "\n" not in str(err.value)
@@ -405,7 +407,7 @@ def test_unknown_dataset_lists_choices():
 
 
 def test_default_data_root(monkeypatch, tmp_path):
-    assert D.default_data_root() == Path(D.__file__).resolve().parents[2] / "data"
+    assert D.default_data_root() == Path(barter_mini.__file__).resolve().parents[1] / "data"
     monkeypatch.setenv("BARTER_MINI_DATA", str(tmp_path))
     assert D.default_data_root() == tmp_path
 

@@ -10,7 +10,7 @@ from barter_mini.core.method import MethodController
 from barter_mini.core.models import build_model
 from barter_mini.training.methods import METHODS, MethodSetup, get_method
 from barter_mini.training.recipes import get_recipe
-from barter_mini.training.trainer import make_optimizer
+from barter_mini.training.optimization import make_optimizer
 
 from helpers import TINY_CCT, batch
 
@@ -91,19 +91,19 @@ def test_a_frozen_method_refuses_foreign_state():
         controller.load_state_dict({"masks": {}})
 
 
-def test_update_steps_are_those_that_change_the_model():
+def test_changing_steps_are_those_that_change_the_model():
     model, optimizer, controller = setup("barter")
-    steps = controller.update_steps()
+    steps = controller.changing_steps()
     assert steps and all(any(controller.schedule.transfers_at(s).values()) for s in steps)
-    assert setup("dense")[2].update_steps() == [] == setup("static")[2].update_steps()
-    assert setup("rigl")[2].update_steps() == list(range(2, int(0.75 * TOTAL_STEPS) + 1, 2))
+    assert setup("dense")[2].changing_steps() == [] == setup("static")[2].changing_steps()
+    assert setup("rigl")[2].changing_steps() == list(range(2, int(0.75 * TOTAL_STEPS) + 1, 2))
 
 
 def test_barter_is_static_until_its_first_update():
     """Statistics hooks only read: before the first topology update BARTER's weights are
     Static's bit for bit (same seed, same batches), so any later gap is the updates' doing."""
     static, barter = setup("static"), setup("barter")
-    first = barter[2].update_steps()[0]
+    first = barter[2].changing_steps()[0]
     for number, (x, y) in enumerate(batches(first - 1), start=1):
         step(*static, x, y, number)
         step(*barter, x, y, number)

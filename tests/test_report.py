@@ -272,7 +272,8 @@ def test_the_walkthroughs_steps_make_the_librarys_update():
     assert list(choice["pruning score"][:k]) == [float(stats[l].pruning_scores()[u]) for l, u in donors]
     fc1 = model.blocks[receiver].mlp.fc1.weight
     state_before = {key: value.clone() for key, value in optimizer.state[fc1].items()}
-    clone(model.blocks[receiver], kind, parents, stats[receiver], optimizer, alpha=0.5, symmetry_noise=0.0)
+    clone(model.blocks[receiver], kind, parents, stats[receiver], optimizer, alpha=0.5, symmetry_noise=0.0,
+          clone_moments="split")
     norms = moment_norms(state_before, optimizer.state[model.blocks[receiver].mlp.fc1.weight],
                          parent=parents[0], clone=counts[receiver]).set_index("tensor")
     first = norms.loc["exp_avg (first moment)"]

@@ -31,7 +31,7 @@ def activations_and_grads(model, x, y):
 
 def test_pruning_score_is_the_taylor_importance_of_the_unit_activation(tiny_config):
     model = tiny_model(tiny_config).eval()
-    stats = UnitStatistics(model, beta=0.9)
+    stats = UnitStatistics(model, beta=0.9, pruning_score="taylor-squared")
     x, y = batch(tiny_config)
     captured = activations_and_grads(model, x, y)
     for (kind, i), a in captured.items():
@@ -61,7 +61,7 @@ def test_growth_score_is_the_input_gradient_energy(tiny_config):
 
 def test_ema_and_bias_correction_over_steps(tiny_config):
     model = tiny_model(tiny_config).eval()
-    stats = UnitStatistics(model, beta=0.5)
+    stats = UnitStatistics(model, beta=0.5, pruning_score="taylor-squared")
     observed = []
     for seed in (1, 2, 3):
         x, y = batch(tiny_config, seed=seed)
@@ -157,3 +157,20 @@ def test_statistics_read_after_backward_equal_those_of_the_hooks(tiny_config, sc
         assert any(not torch.equal(a, b) for a, b in zip(unobserved, read.tensors()))
     for a, b in zip(hooked.tensors(), read.tensors()):
         assert torch.equal(a, b)
+
+
+def test_statistics_saved_under_the_old_field_names_still_load(tiny_config):
+    """last.pt files written before pruning_ema/growth_ema were named keep importance/pressure."""
+    model = tiny_model(tiny_config).eval()
+    stats = UnitStatistics(model)
+    x, y = batch(tiny_config)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    saved = stats.state_dict()
+    old = {kind: [{"importance": s["pruning_ema"], "pressure": s["growth_ema"], "age": s["age"], "beta": s["beta"]}
+                  for s in layers] for kind, layers in saved.items()}
+    restored = UnitStatistics(tiny_model(tiny_config))
+    restored.load_state_dict(old)
+    for kind in saved:
+        for a, b in zip(restored.layers[kind], stats.layers[kind]):
+            assert torch.equal(a.pruning_ema, b.pruning_ema) and torch.equal(a.growth_ema, b.growth_ema)
+            assert a.pruning_ema.abs().sum() > 0

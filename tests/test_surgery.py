@@ -57,7 +57,8 @@ def test_split_remaps_adam_moments(tiny_config, alpha):
     block = model.blocks[2]  # one head, three FFN channels
     old = {s.role: (s.tensor, {k: v.clone() for k, v in optimizer.state[s.tensor].items()})
            for s in unit_parameters(block, "ffn") if s.name == "weight"}
-    clone(block, "ffn", [1], stats.layers["ffn"][2], optimizer, alpha=alpha, symmetry_noise=0.0)
+    clone(block, "ffn", [1], stats.layers["ffn"][2], optimizer, alpha=alpha, symmetry_noise=0.0,
+          clone_moments="split")
     fc1, fc2 = block.mlp.fc1.weight, block.mlp.fc2.weight
     (_, s_in), (_, s_out) = old["in"], old["out"]
     # input row: first moment x s, second moment x s^2 (parent s = alpha, clone s = 1 - alpha)
@@ -82,7 +83,8 @@ def test_split_gradients_match_the_remapped_moments(tiny_config):
     model.zero_grad()
     torch.nn.functional.cross_entropy(model(x), y).backward()
     g_in, g_out = block.attn.qkv.weight.grad.clone(), block.attn.proj.weight.grad.clone()
-    clone(block, "heads", [1], stats.layers["heads"][0], optimizer, alpha=0.3, symmetry_noise=0.0)
+    clone(block, "heads", [1], stats.layers["heads"][0], optimizer, alpha=0.3, symmetry_noise=0.0,
+          clone_moments="split")
     model.zero_grad()
     torch.nn.functional.cross_entropy(model(x), y).backward()
     d, heads = block.attn.head_dim, 3
@@ -135,7 +137,7 @@ def _pair_gaps(config, kind, noise, steps=100):
     block, layer_stats = model.blocks[layer], stats.layers[kind][layer]
     parent = select_parents(layer_stats, 1)[0]   # the unit BARTER would clone
     clone(block, kind, [parent], layer_stats, optimizer, symmetry_noise=noise,
-          generator=torch.Generator().manual_seed(0))
+          generator=torch.Generator().manual_seed(0), clone_moments="split")   # the exact surgery
     stats.attach()
     spec = next(s for s in unit_parameters(block, kind) if s.role == "in" and s.name == "weight")
     count = model.allocation().heads[layer] if kind == "heads" else model.allocation().ffn[layer]
@@ -227,3 +229,33 @@ def test_zero_momentum_clones_keep_their_split_second_moment(tiny_config):
     assert_in_sync(model, optimizer)
     train_step(model, optimizer, x, y)
     assert_in_sync(model, optimizer)
+
+
+def test_each_knob_has_one_default_and_clone_takes_its_knobs_by_name():
+    """clone's knobs default to BarterSettings' values and UnitStatistics' score to BARTER's,
+    so a call that leaves a knob out runs what the method runs."""
+    import inspect
+
+    settings, parameters = BarterSettings(), inspect.signature(clone).parameters
+    knobs = {"alpha": settings.split_alpha, "symmetry_noise": settings.symmetry_noise,
+             "clone_moments": settings.clone_moments}
+    assert {name: parameters[name].default for name in knobs} == knobs
+    assert all(parameters[name].kind is inspect.Parameter.KEYWORD_ONLY
+               for name in ("alpha", "symmetry_noise", "generator", "clone_moments", "warmup_steps"))
+    assert UnitStatistics.__dataclass_fields__["pruning_score"].default == settings.pruning_score
+
+
+def test_the_unit_table_describes_every_kind_a_layer_holds(tiny_config):
+    """UNITS: each kind's count, full width, parameters and set_count agree with the model."""
+    from barter_mini.core.surgery import UNITS, allocation_of, unit_kind
+    from barter_mini.errors import BarterError
+
+    model = tiny_model(tiny_config)
+    assert set(UNITS) == set(allocation_of(model).as_dict())
+    for kind, entry in UNITS.items():
+        for block, count in zip(model.blocks, getattr(allocation_of(model), kind)):
+            assert entry.count(block) == count <= entry.full_width(tiny_config)
+            for spec in entry.parameters(block):
+                assert spec.tensor.shape[spec.axis] == spec.groups * count * spec.width
+    with pytest.raises(BarterError, match="unknown unit kind 'channels': choose one of heads, ffn"):
+        unit_kind("channels")

@@ -143,7 +143,7 @@ def test_truncated_or_foreign_checkpoints_are_one_line_errors(tmp_path):
 
 
 def test_a_flag_wins_over_the_same_setting_in_overrides():
-    from barter_mini.training.trainer import resolve_recipe
+    from barter_mini.training.optimization import resolve_recipe
     both = RunConfig(transfer_multiplier=2.0, overrides={"transfer_multiplier": 12.0, "clone_moments": "fresh"})
     recipe = resolve_recipe(both, "cct")
     assert recipe.barter.transfer_multiplier == 2.0 and recipe.barter.clone_moments == "fresh"

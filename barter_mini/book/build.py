@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BarterError, choose
+from ..training.checkpoints import check_can_create
 from .profiles import PROFILES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,8 +135,6 @@ def run_book_build(profile: str = "quick", build_dir: Path | None = None, log=lo
                    repo: Path = REPO) -> BookBuild:
     """Execute every notebook of ``repo`` at ``profile`` and build the HTML book, logging a
     line as each notebook starts and ends; return the index and the time of every step."""
-    from ..training.checkpoints import check_can_create
-
     choose("profile", profile, PROFILES)
     started = time.perf_counter()
     build_dir = check_can_create(Path(build_dir or repo / "_build"))    # before any work

@@ -51,7 +51,7 @@ class TransferTask:
 
 
 #: Tables 10 and 11: ViT pretrained on Tiny-ImageNet, fine-tuned on all of CIFAR-100 at 64 px
-#: (the size Table 11's PFLOPs imply; :func:`~barter_mini.training.data.resize_images`)
+#: (the size Table 11's PFLOPs imply; :func:`~barter_mini.training.data.views.resize_images`)
 PAPER_TRANSFER = TransferTask(model="vit-paper", pretrain_dataset="tiny-imagenet", pretrain_classes=None,
                               finetune_dataset="cifar100", finetune_classes=None, img_size=64)
 

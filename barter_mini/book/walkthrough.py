@@ -10,14 +10,14 @@ from itertools import cycle, islice
 import pandas as pd
 import torch
 
-from ..core.barter import BarterSettings, receiver_room, select_donors, select_parents, select_receiver
+from ..core.barter import receiver_room, select_donors, select_parents, select_receiver
 from ..core.models import CompactTransformer, build_model, get_model_config
 from ..core.unit_statistics import LayerStatistics, UnitStatistics
 from ..errors import BarterError
 from ..training.data import load_dataset, make_loaders
 from ..training.step import training_step
 from ..training.run_config import RunConfig
-from ..training.trainer import parameter_groups, seed_everything
+from ..training.optimization import parameter_groups, seed_everything
 from .experiments import profile_run
 from .profiles import Profile
 
@@ -43,7 +43,7 @@ def warmed_up_model(profile: Profile, density: float, seed: int = 0, steps: int 
     config = get_model_config(profile.model).for_data(info.img_size, info.in_chans, info.num_classes)
     model: CompactTransformer = build_model(config, density)
     optimizer = torch.optim.AdamW(parameter_groups(model, 0.05), lr=lr)
-    statistics = UnitStatistics(model, pruning_score=BarterSettings().pruning_score)   # the method's score
+    statistics = UnitStatistics(model)          # the method's own pruning score (one default for both)
     for x, y in islice(cycle(loader), steps):
         training_step(model, optimizer, x, y)
     probe = next(iter(loader))[0][:32]

@@ -29,10 +29,11 @@ from ..errors import BarterError, check_in_range, check_integer, choose
 from . import distributed
 from .budgets import Budget
 from .method import MethodController, check_finite
-from .unit_statistics import PRUNING_SCORES, RECEIVER_RULES, LayerStatistics, UnitStatistics
+from .unit_statistics import (DEFAULT_PRUNING_SCORE, PRUNING_SCORES, RECEIVER_RULES, LayerStatistics,
+                              UnitStatistics)
 from .warmup import UpdateWarmup, start_warmup
 from .surgery import (MOMENTUM_STATES, UNIT_KINDS, allocation_of, perturb_input_parameters, regather_units,
-                      reset_optimizer_state, unit_count, unit_parameters)
+                      reset_optimizer_state, unit_count, unit_kind, unit_parameters)
 
 
 #: what a clone's optimizer state starts as (BarterSettings.clone_moments)
@@ -63,17 +64,14 @@ class BarterSettings:
     #: the clone's optimizer moments (see :func:`clone`): "fresh" (both zero), "split" (the
     #: parent's, remapped so the next step is what it would have been had the split always
     #: existed) or "zero-momentum" (first moment zero, split second moment). Chosen on
-    #: validation (notebook 05, quick profile, rho 0.3, paired by seed): fresh minus split
-    #: +0.37 points of Top-1 over 10 seeds (above on 9), zero-momentum minus split +0.05 over 6
+    #: validation over paired seeds (notebook 05 compares them)
     clone_moments: str = "fresh"
     #: with clone_moments "warmup": optimizer steps over which a clone's updates ramp in
     #: (core.warmup); None: its protection period (``protected_steps``)
     warmup_steps: int | None = None
-    #: the per-step pruning score, which the layer's growth priority averages (core.unit_statistics).
-    #: Chosen on validation (notebook 05, quick profile, rho 0.3, paired by seed, with fresh clone
-    #: moments): magnitude minus taylor-squared +0.44 points of Top-1 over 10 seeds (above on 7);
-    #: BARTER with both defaults minus Static +0.30 +- 0.60 (validation), +0.30 +- 0.44 (test)
-    pruning_score: str = "magnitude"
+    #: the per-step pruning score, which the layer's growth priority averages: the statistics'
+    #: own default (core.unit_statistics), chosen on validation over paired seeds (notebook 05)
+    pruning_score: str = DEFAULT_PRUNING_SCORE
     receiver_rule: str = "mean-importance"
     #: what ranks the receiver's parents: their growth scores ("pressure") or pruning scores ("importance")
     parent_score: str = "pressure"
@@ -247,9 +245,9 @@ def prune(block: nn.Module, kind: str, victims: list[int], stats: LayerStatistic
 
 
 def clone(block: nn.Module, kind: str, parents: list[int], stats: LayerStatistics,
-          optimizer: torch.optim.Optimizer | None, alpha: float = 0.5,
-          symmetry_noise: float = 1e-2, generator: torch.Generator | None = None,
-          clone_moments: str = "split", warmup_steps: int = 1) -> None:
+          optimizer: torch.optim.Optimizer | None, *, alpha: float = BarterSettings.split_alpha,
+          symmetry_noise: float = BarterSettings.symmetry_noise, generator: torch.Generator | None = None,
+          clone_moments: str = BarterSettings.clone_moments, warmup_steps: int = 1) -> None:
     """Append one clone per parent: input parameters copied, output parameters split.
 
     The parent keeps ``alpha`` of its output weights and the clone gets ``1 - alpha``, so the
@@ -260,17 +258,16 @@ def clone(block: nn.Module, kind: str, parents: list[int], stats: LayerStatistic
     act as one unit. ``symmetry_noise`` > 0 adds antithetic noise to the pair's input
     parameters (:func:`barter_mini.core.surgery.perturb_input_parameters`), which changes the
     function only to second order; 0 keeps the clone exact. The noise alone does not separate
-    the pair under Adam (measured: the relative distance stays at ~``symmetry_noise`` 20 steps
-    on, at noise 0.01, 0.1 and 0.3), so ``clone_moments`` decides the clone's optimizer state:
+    the pair under Adam (their relative distance stays near ``symmetry_noise``, whatever the
+    noise: the reallocation chapter measures it), so ``clone_moments`` decides the clone's optimizer state:
     ``split`` (the remap: exact, lockstep), ``fresh`` (both moments zeroed: the clone diverges,
-    but Adam bias-corrects with the tensor's shared step count, so its steps are up to ~5x
-    the normal size for ~100 steps) or ``zero-momentum`` (first moment zeroed, split second
+    but Adam bias-corrects with the tensor's shared step count, so its first steps are
+    several times the normal size) or ``zero-momentum`` (first moment zeroed, split second
     moment kept: normal step sizes, the parent's momentum separates the two) or ``warmup``
     (zeroed as ``fresh``, the clone's updates ramped in over ``warmup_steps``: SMET's
-    optimizer warm-up, :mod:`barter_mini.core.warmup`). The method's
-    default (``BarterSettings.clone_moments``) is ``fresh``, chosen on validation: the large
-    early steps that separate the pair pay, the gentle separation of ``zero-momentum`` does
-    not. This function's default stays ``split``, the exact surgery the tests derive.
+    optimizer warm-up, :mod:`barter_mini.core.warmup`). Every default is
+    :class:`BarterSettings`' own: ``fresh`` moments, chosen on validation (the large early
+    steps that separate the pair pay, the gentle separation of ``zero-momentum`` does not).
     """
     count, k = unit_count(block, kind), len(parents)
     check_units(kind, parents, count, "clone")
@@ -337,7 +334,7 @@ def plan_transfer(model: nn.Module, kind: str, k: int, statistics: UnitStatistic
         return record
     stats = statistics.layers[kind]
     counts = [unit_count(b, kind) for b in model.blocks]
-    full = model.config.heads_per_layer if kind == "heads" else model.config.ffn_per_layer
+    full = unit_kind(kind).full_width(model.config)
     receiver = select_receiver(stats, counts, full, rng if settings.random_receiver else None,
                                settings.receiver_rule)
     if receiver is None:
@@ -362,8 +359,8 @@ def apply_transfer(model: nn.Module, record: Transfer, statistics: UnitStatistic
     stats = statistics.layers[record.kind]
     prune_donors(model, record.kind, record.donors, stats, optimizer)
     clone(model.blocks[record.receiver], record.kind, record.parents, stats[record.receiver], optimizer,
-          settings.split_alpha, settings.symmetry_noise, generator, settings.clone_moments,
-          settings.clone_warmup_steps)
+          alpha=settings.split_alpha, symmetry_noise=settings.symmetry_noise, generator=generator,
+          clone_moments=settings.clone_moments, warmup_steps=settings.clone_warmup_steps)
 
 
 def transfer_units(model: nn.Module, kind: str, k: int, statistics: UnitStatistics,
@@ -446,7 +443,7 @@ class BarterController(MethodController):
             self.rank_checks += 1
         return records
 
-    def update_steps(self) -> list[int]:
+    def changing_steps(self) -> list[int]:
         """The update steps that move units: the cosine schedule spreads K units over all
         its update steps, so on many of them nothing is due."""
         return [step for step in self.schedule.update_steps if any(self.schedule.transfers_at(step).values())]

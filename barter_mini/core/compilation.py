@@ -16,8 +16,8 @@ uncompiled. :func:`compile_layers` avoids that:
   handful of graphs per model family, whatever the schedule (``tests/test_compilation.py``
   counts them over a schedule of updates);
 * only the layers are compiled. The stem (the CCT tokenizer's max-pool backward lowers to a
-  scatter that is slower than ATen's kernel on a CPU; measured: a whole-model compile of
-  cct-paper at rho 0.1 ran 0.79x the eager speed) and the head run as they are.
+  scatter that is slower than ATen's kernel on a CPU, so a whole-model compile is slower
+  than eager) and the head run as they are.
 
 The masked methods compile the same layers (their shapes never change), so the comparison
 stays fair. Compiling changes the floating-point order of fused kernels, not the function:
@@ -32,6 +32,8 @@ import torch
 import torch._dynamo
 from torch import nn
 from torch._dynamo.utils import counters
+
+from ..errors import BarterError
 
 #: Dynamo settings under which a layer's graph survives a topology update (see the module);
 #: process-wide, applied by :func:`compile_layers`. They only stop Dynamo from specialising.
@@ -63,7 +65,6 @@ def compile_layers(model: nn.Module) -> nn.Module:
     dynamic shapes); parameters, state dicts and checkpoints are unchanged. Returns ``model``."""
     blocks = getattr(model, "blocks", None)
     if blocks is None:
-        from ..errors import BarterError
         raise BarterError(f"{type(model).__name__} has no .blocks of encoder layers to compile")
     _apply_dynamic_settings()
     for block in blocks:

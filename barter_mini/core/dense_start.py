@@ -85,7 +85,7 @@ def calibration_importance(model: nn.Module, batches: Iterable,
             for layer, block in enumerate(model.blocks):
                 for kind in UNIT_KINDS:
                     out = next(s for s in unit_parameters(block, kind) if s.role == "out" and s.name == "weight")
-                    scores = output_scores(out.tensor, "taylor-squared", out.blocks, out.width, out.axis).cpu()
+                    scores = output_scores(out.tensor, "taylor-squared", out.groups, out.width, out.axis).cpu()
                     totals[kind][layer] = scores if count == 0 else totals[kind][layer] + scores
             count += 1
     finally:

@@ -58,8 +58,9 @@ class MethodController:
         """Called after optimizer step number ``step`` (1-based); returns what it changed, or None."""
         return None
 
-    def update_steps(self) -> list[int]:
-        """The steps at which :meth:`after_step` changes the model (what the bench times)."""
+    def changing_steps(self) -> list[int]:
+        """The steps at which :meth:`after_step` changes the model (what the bench times); a
+        schedule's ``update_steps`` may hold more, steps on which nothing is due."""
         return []
 
     def metrics(self) -> dict:

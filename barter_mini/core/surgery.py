@@ -25,15 +25,15 @@ state the next Adam step is what it would have been had the split always existed
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import nn
 
 from ..errors import BarterError
 from .budgets import Allocation
+from .configs import ModelConfig
 from .warmup import WARMUP_AGE
-
-UNIT_KINDS = ("heads", "ffn")
 
 #: how a per-element optimizer state scales with the gradient: linearly or quadratically
 STATE_GRADIENT_POWER = {"exp_avg": 1, "momentum_buffer": 1, "exp_avg_sq": 2, "max_exp_avg_sq": 2,
@@ -44,7 +44,7 @@ STATE_GRADIENT_POWER = {"exp_avg": 1, "momentum_buffer": 1, "exp_avg_sq": 2, "ma
 class UnitParameter:
     """Where one parameter tensor stores its units.
 
-    Along ``axis`` the tensor holds ``blocks`` consecutive groups (q, k, v for ``qkv``),
+    Along ``axis`` the tensor holds ``groups`` consecutive groups (q, k, v for ``qkv``),
     each of ``num_units * width`` entries, unit ``u`` at ``[u * width, (u + 1) * width)``.
     ``role`` is ``"in"`` (copied to a clone) or ``"out"`` (split between parent and clone).
     """
@@ -53,7 +53,7 @@ class UnitParameter:
     name: str
     axis: int
     width: int
-    blocks: int
+    groups: int
     role: str
 
     @property
@@ -63,45 +63,95 @@ class UnitParameter:
     def element_index(self, units: torch.Tensor, num_units: int) -> torch.Tensor:
         """Indices along ``axis`` of the entries of ``units`` (in the order given)."""
         offsets = torch.arange(self.width, device=units.device)
-        return torch.cat([((b * num_units + units)[:, None] * self.width + offsets).flatten()
-                          for b in range(self.blocks)])
+        return torch.cat([((g * num_units + units)[:, None] * self.width + offsets).flatten()
+                          for g in range(self.groups)])
 
     def per_element(self, per_unit: torch.Tensor) -> torch.Tensor:
         """Broadcast a per-unit vector to this tensor's shape (for scaling along ``axis``)."""
-        values = per_unit.repeat_interleave(self.width).repeat(self.blocks)
+        values = per_unit.repeat_interleave(self.width).repeat(self.groups)
         shape = [1] * self.tensor.dim()
         shape[self.axis] = -1
         return values.view(shape)
 
 
+def _head_parameters(block: nn.Module) -> list[UnitParameter]:
+    attn = block.attn
+    params = [UnitParameter(attn.qkv, "weight", 0, attn.head_dim, 3, "in"),
+              UnitParameter(attn.proj, "weight", 1, attn.head_dim, 1, "out")]
+    if attn.qkv.bias is not None:
+        params.append(UnitParameter(attn.qkv, "bias", 0, attn.head_dim, 3, "in"))
+    return params
+
+
+def _channel_parameters(block: nn.Module) -> list[UnitParameter]:
+    mlp = block.mlp
+    params = [UnitParameter(mlp.fc1, "weight", 0, 1, 1, "in"),
+              UnitParameter(mlp.fc2, "weight", 1, 1, 1, "out")]
+    if mlp.fc1.bias is not None:
+        params.append(UnitParameter(mlp.fc1, "bias", 0, 1, 1, "in"))
+    return params
+
+
+# timm's modules read these attributes in forward (Attention reshapes with num_heads and
+# attn_dim); the Linear attributes keep repr() and state_dict loading honest.
+def _set_head_count(block: nn.Module, count: int) -> None:
+    attn = block.attn
+    attn.num_heads = count
+    attn.attn_dim = count * attn.head_dim
+    attn.qkv.out_features = 3 * attn.attn_dim
+    attn.proj.in_features = attn.attn_dim
+
+
+def _set_channel_count(block: nn.Module, count: int) -> None:
+    block.mlp.fc1.out_features = count
+    block.mlp.fc2.in_features = count
+
+
+@dataclass(frozen=True)
+class UnitKind:
+    """One kind of unit, everything the surgery needs to know of it: how many a layer holds
+    now (``count``) and at full width (``full_width``, from the model's config), the
+    parameters each unit owns (``parameters``: where, along which axis, copied or split) and
+    how a layer is told its new count (``set_count``). Every operation here and in the
+    update reads this table, so a new kind of unit is one entry."""
+
+    name: str
+    count: Callable[[nn.Module], int]
+    full_width: Callable[[ModelConfig], int]
+    parameters: Callable[[nn.Module], list[UnitParameter]]
+    set_count: Callable[[nn.Module, int], None]
+
+
+#: the kinds of unit a compact layer holds: attention heads and FFN channels
+UNITS: dict[str, UnitKind] = {
+    "heads": UnitKind("heads", lambda block: block.attn.num_heads, lambda config: config.heads_per_layer,
+                      _head_parameters, _set_head_count),
+    "ffn": UnitKind("ffn", lambda block: block.mlp.fc1.out_features, lambda config: config.ffn_per_layer,
+                    _channel_parameters, _set_channel_count),
+}
+UNIT_KINDS = tuple(UNITS)
+
+
+def unit_kind(kind: str) -> UnitKind:
+    """The :data:`UNITS` entry of ``kind``; a one-line error names the kinds there are."""
+    if kind not in UNITS:
+        raise BarterError(f"unknown unit kind {kind!r}: choose one of {', '.join(UNIT_KINDS)}")
+    return UNITS[kind]
+
+
 def unit_count(block: nn.Module, kind: str) -> int:
-    return block.attn.num_heads if kind == "heads" else block.mlp.fc1.out_features
+    return unit_kind(kind).count(block)
 
 
 def allocation_of(model: nn.Module) -> Allocation:
     """The per-layer head and FFN-channel counts ``model.blocks`` hold right now (any model
     whose layers have a timm ``Attention`` ``.attn`` and ``Mlp`` ``.mlp``)."""
-    return Allocation(heads=tuple(unit_count(b, "heads") for b in model.blocks),
-                      ffn=tuple(unit_count(b, "ffn") for b in model.blocks))
+    return Allocation(**{kind: tuple(unit_count(b, kind) for b in model.blocks) for kind in UNIT_KINDS})
 
 
 def unit_parameters(block: nn.Module, kind: str) -> list[UnitParameter]:
-    """The parameters of ``block`` that hold units of ``kind`` (``"heads"`` or ``"ffn"``)."""
-    if kind == "heads":
-        attn = block.attn
-        params = [UnitParameter(attn.qkv, "weight", 0, attn.head_dim, 3, "in"),
-                  UnitParameter(attn.proj, "weight", 1, attn.head_dim, 1, "out")]
-        if attn.qkv.bias is not None:
-            params.append(UnitParameter(attn.qkv, "bias", 0, attn.head_dim, 3, "in"))
-        return params
-    if kind == "ffn":
-        mlp = block.mlp
-        params = [UnitParameter(mlp.fc1, "weight", 0, 1, 1, "in"),
-                  UnitParameter(mlp.fc2, "weight", 1, 1, 1, "out")]
-        if mlp.fc1.bias is not None:
-            params.append(UnitParameter(mlp.fc1, "bias", 0, 1, 1, "in"))
-        return params
-    raise BarterError(f"unknown unit kind {kind!r}: choose one of {', '.join(UNIT_KINDS)}")
+    """The parameters of ``block`` that hold units of ``kind`` (:data:`UNITS`)."""
+    return unit_kind(kind).parameters(block)
 
 
 @torch.no_grad()
@@ -112,22 +162,8 @@ def unit_l1_norms(block: nn.Module, kind: str) -> torch.Tensor:
     for spec in unit_parameters(block, kind):
         other = [d for d in range(spec.tensor.dim()) if d != spec.axis]
         per_entry = spec.tensor.abs().sum(dim=other) if other else spec.tensor.abs()
-        norms += per_entry.view(spec.blocks, count, spec.width).sum(dim=(0, 2))
+        norms += per_entry.view(spec.groups, count, spec.width).sum(dim=(0, 2))
     return norms
-
-
-def _set_unit_count(block: nn.Module, kind: str, count: int) -> None:
-    # timm's modules read these attributes in forward (Attention reshapes with num_heads
-    # and attn_dim); the Linear attributes keep repr() and state_dict loading honest.
-    if kind == "heads":
-        attn = block.attn
-        attn.num_heads = count
-        attn.attn_dim = count * attn.head_dim
-        attn.qkv.out_features = 3 * attn.attn_dim
-        attn.proj.in_features = attn.attn_dim
-    else:
-        block.mlp.fc1.out_features = count
-        block.mlp.fc2.in_features = count
 
 
 def remap_optimizer_state(optimizer: torch.optim.Optimizer | None, old: nn.Parameter,
@@ -188,7 +224,7 @@ def regather_units(block: nn.Module, kind: str, sources: torch.Tensor, out_scale
         new = nn.Parameter(data, requires_grad=old.requires_grad)
         setattr(spec.module, spec.name, new)
         remap_optimizer_state(optimizer, old, new, spec, index, scale if spec.role == "in" else None)
-    _set_unit_count(block, kind, int(sources.numel()))
+    unit_kind(kind).set_count(block, int(sources.numel()))
 
 
 def resize_layers(model: nn.Module, allocation: Allocation,

@@ -25,8 +25,8 @@ growth priority of a layer
     unit in that layer. Capacity flows from the units worth least anywhere to the layer
     whose units are worth most on average, which is the "barter" of the method's name.
 
-The definitions above are this class's defaults; the alternatives tried (``BarterSettings.pruning_score``
-and ``receiver_rule``, compared over seeds in notebook 05) are
+The definitions above are the method's as the paper gives them; the alternatives
+(``BarterSettings.pruning_score`` and ``receiver_rule``, compared over seeds in notebook 05) are
 
 * pruning score ``taylor-abs``: ``EMA[|sum_j W_j g_j|]`` (the same Taylor term, its size
   averaged instead of its square: less dominated by a few large mini-batches);
@@ -34,13 +34,12 @@ and ``receiver_rule``, compared over seeds in notebook 05) are
 * receiver rule ``mean-pressure``: ``P_l = mean_i g_i``, the layer whose input weights are
   pushed hardest on average.
 
-BARTER's own default (``BarterSettings.pruning_score``) is ``magnitude``, chosen on validation
-(quick profile, rho 0.3, paired by seed over ten seeds): +0.44 points of Top-1 over
-``taylor-squared`` (above on seven). With the Taylor score the heads flowed into the first layer and left the
-last with one head (3, 3, 3, 3 -> 6, 3, 2, 1), an allocation that is worse than the even one
-when trained from the start (Static from it: -0.70 points over seven seeds); with the
-magnitude score they spread towards the later layers instead (e.g. 3, 2, 4, 3). ``P_l``
-averages whichever pruning score is used, so the score also picks the receiver.
+The default pruning score (:data:`DEFAULT_PRUNING_SCORE`, for this class and for BARTER
+alike) is ``magnitude``, chosen on validation over paired seeds (notebook 05): with the
+Taylor score the heads flowed into the first layer and left the last nearly empty, an
+allocation worse than the even one; with the magnitude score they spread towards the later
+layers. ``P_l`` averages whichever pruning score is used, so the score also picks the
+receiver.
 
 Every EMA is bias-corrected by its own age (``ema / (1 - beta^age)``), so a unit born a few
 steps ago is comparable with an old one; units of age 0 have no statistics yet.
@@ -61,6 +60,9 @@ from .surgery import UNIT_KINDS, unit_count, unit_parameters
 
 #: per-step pruning scores of a unit, from its output weights (module docstring)
 PRUNING_SCORES = ("taylor-squared", "taylor-abs", "magnitude")
+#: the pruning score of :class:`UnitStatistics` unless it is given another, and of BARTER
+#: (``BarterSettings.pruning_score``): one default for both
+DEFAULT_PRUNING_SCORE = "magnitude"
 #: what a layer's growth priority P_l averages: its units' pruning or growth scores
 RECEIVER_RULES = ("mean-importance", "mean-pressure")
 #: the profiler label of the hooks' work (barter_mini.measure.breakdown counts it as the method's)
@@ -69,10 +71,12 @@ PROFILE_LABEL = "barter_mini.unit_statistics"
 
 @dataclass
 class LayerStatistics:
-    """EMA statistics of the units of one kind in one layer."""
+    """EMA statistics of the units of one kind in one layer: per unit, the running averages
+    of its pruning score (``pruning_ema``) and its growth score (``growth_ema``), not yet
+    bias-corrected, and the steps it has been observed (``age``)."""
 
-    importance: torch.Tensor
-    pressure: torch.Tensor
+    pruning_ema: torch.Tensor
+    growth_ema: torch.Tensor
     age: torch.Tensor
     beta: float
 
@@ -87,11 +91,11 @@ class LayerStatistics:
 
     def pruning_scores(self) -> torch.Tensor:
         """Bias-corrected pruning scores ``p_i``; NaN where a unit has no statistics yet."""
-        return self._corrected(self.importance)
+        return self._corrected(self.pruning_ema)
 
     def growth_scores(self) -> torch.Tensor:
         """Bias-corrected growth scores ``g_i``; NaN where a unit has no statistics yet."""
-        return self._corrected(self.pressure)
+        return self._corrected(self.growth_ema)
 
     def growth_priority(self, rule: str = "mean-importance") -> float:
         """``P_l``: the mean pruning score (``mean-importance``) or growth score
@@ -100,23 +104,23 @@ class LayerStatistics:
         known = scores[~scores.isnan()]
         return float(known.mean()) if known.numel() else 0.0
 
-    def observe_importance(self, per_unit_score: torch.Tensor) -> None:
-        self.importance.mul_(self.beta).add_(per_unit_score, alpha=1 - self.beta)
+    def observe_pruning_score(self, per_unit_score: torch.Tensor) -> None:
+        self.pruning_ema.mul_(self.beta).add_(per_unit_score, alpha=1 - self.beta)
         self.age += 1
 
-    def observe_pressure(self, per_unit_grad_sq: torch.Tensor) -> None:
-        self.pressure.mul_(self.beta).add_(per_unit_grad_sq, alpha=1 - self.beta)
+    def observe_growth_score(self, per_unit_grad_sq: torch.Tensor) -> None:
+        self.growth_ema.mul_(self.beta).add_(per_unit_grad_sq, alpha=1 - self.beta)
 
     def regather(self, sources: torch.Tensor, reset: torch.Tensor) -> None:
         """Follow a surgery: new unit ``j`` is old ``sources[j]``; ``reset`` units start afresh."""
         sources = sources.to(self.age.device)
         reset = reset.to(self.age.device)
-        self.importance = torch.where(reset, 0.0, self.importance[sources])
-        self.pressure = torch.where(reset, 0.0, self.pressure[sources])
+        self.pruning_ema = torch.where(reset, 0.0, self.pruning_ema[sources])
+        self.growth_ema = torch.where(reset, 0.0, self.growth_ema[sources])
         self.age = torch.where(reset, 0, self.age[sources])
 
     def state_dict(self) -> dict:
-        return {"importance": self.importance.cpu(), "pressure": self.pressure.cpu(),
+        return {"pruning_ema": self.pruning_ema.cpu(), "growth_ema": self.growth_ema.cpu(),
                 "age": self.age.cpu(), "beta": self.beta}
 
     def load_state_dict(self, state: dict) -> None:
@@ -124,27 +128,28 @@ class LayerStatistics:
             raise BarterError(f"the saved statistics hold {state['age'].numel()} units, the layer "
                               f"{self.age.numel()}: load them into the model they were saved from")
         device = self.age.device
-        self.importance = state["importance"].to(device)
-        self.pressure = state["pressure"].to(device)
+        # checkpoints written before the fields were renamed keep them as importance, pressure
+        self.pruning_ema = state.get("pruning_ema", state.get("importance")).to(device)
+        self.growth_ema = state.get("growth_ema", state.get("pressure")).to(device)
         self.age = state["age"].to(device)
         self.beta = float(state["beta"])
 
 
-def _per_unit(values: torch.Tensor, blocks: int, num_units: int, width: int) -> torch.Tensor:
-    return values.view(blocks, num_units, width).sum(dim=(0, 2))
+def _per_unit(values: torch.Tensor, groups: int, num_units: int, width: int) -> torch.Tensor:
+    return values.view(groups, num_units, width).sum(dim=(0, 2))
 
 
 @torch.no_grad()
-def output_scores(param: torch.Tensor, score: str, blocks: int, width: int, axis: int) -> torch.Tensor:
+def output_scores(param: torch.Tensor, score: str, groups: int, width: int, axis: int) -> torch.Tensor:
     """One step's pruning score of every unit whose output weights ``param`` holds (units
-    along ``axis``, ``width`` entries each, in ``blocks`` groups): ``(sum_j W_j g_j)^2``
+    along ``axis``, ``width`` entries each, in ``groups`` groups): ``(sum_j W_j g_j)^2``
     (``taylor-squared``), ``|sum_j W_j g_j|`` (``taylor-abs``) or ``||W_out[:, i]||^2``
     (``magnitude``), ``g`` being ``param.grad``."""
     other = 1 - axis
-    num_units = param.shape[axis] // (blocks * width)
+    num_units = param.shape[axis] // (groups * width)
     if score == "magnitude":
-        return _per_unit(param.square().sum(dim=other), blocks, num_units, width)
-    taylor = _per_unit((param * param.grad).sum(dim=other), blocks, num_units, width)
+        return _per_unit(param.square().sum(dim=other), groups, num_units, width)
+    taylor = _per_unit((param * param.grad).sum(dim=other), groups, num_units, width)
     return taylor.square() if score == "taylor-squared" else taylor.abs()
 
 
@@ -162,7 +167,7 @@ class UnitStatistics:
 
     model: nn.Module
     beta: float = 0.9
-    pruning_score: str = "taylor-squared"
+    pruning_score: str = DEFAULT_PRUNING_SCORE
     enabled: bool = True
     in_backward: bool = True
     layers: dict[str, list[LayerStatistics]] = field(default_factory=dict)
@@ -187,8 +192,8 @@ class UnitStatistics:
                 for spec in unit_parameters(block, kind):
                     if spec.name != "weight":
                         continue
-                    hook = self._importance_hook if spec.role == "out" else self._pressure_hook
-                    observer = partial(self._timed, hook, kind=kind, layer=layer, blocks=spec.blocks,
+                    hook = self._pruning_hook if spec.role == "out" else self._growth_hook
+                    observer = partial(self._timed, hook, kind=kind, layer=layer, groups=spec.groups,
                                        width=spec.width, axis=spec.axis)
                     self._observers.append((spec.tensor, observer))
                     if self.in_backward:
@@ -208,7 +213,7 @@ class UnitStatistics:
     def tensors(self) -> list[torch.Tensor]:
         """Every statistics tensor, in a fixed order (what a data-parallel run synchronizes)."""
         return [t for layer_stats in self.layers.values() for s in layer_stats
-                for t in (s.importance, s.pressure, s.age)]
+                for t in (s.pruning_ema, s.growth_ema, s.age)]
 
     def _timed(self, hook, param, **where) -> None:
         start = time.perf_counter()
@@ -217,20 +222,20 @@ class UnitStatistics:
         self.hook_seconds += time.perf_counter() - start
 
     @torch.no_grad()
-    def _importance_hook(self, param, kind, layer, blocks, width, axis) -> None:
+    def _pruning_hook(self, param, kind, layer, groups, width, axis) -> None:
         if not self.enabled or param.grad is None:
             return
         stats = self.layers[kind][layer]
-        stats.observe_importance(output_scores(param, self.pruning_score, blocks, width, axis))
+        stats.observe_pruning_score(output_scores(param, self.pruning_score, groups, width, axis))
 
     @torch.no_grad()
-    def _pressure_hook(self, param, kind, layer, blocks, width, axis) -> None:
+    def _growth_hook(self, param, kind, layer, groups, width, axis) -> None:
         if not self.enabled or param.grad is None:
             return
         other = 1 - axis
         grad_sq = param.grad.square().sum(dim=other)
         stats = self.layers[kind][layer]
-        stats.observe_pressure(_per_unit(grad_sq, blocks, stats.age.numel(), width))
+        stats.observe_growth_score(_per_unit(grad_sq, groups, stats.age.numel(), width))
 
     def state_dict(self) -> dict:
         """Per unit kind, each layer's :meth:`LayerStatistics.state_dict` (tensors shared with

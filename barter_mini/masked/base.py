@@ -336,7 +336,7 @@ class MaskedDST(MethodController):
 
     # ---------------------------------------------------------------- the method protocol
 
-    def update_steps(self) -> list[int]:
+    def changing_steps(self) -> list[int]:
         return list(self.schedule.update_steps)
 
     def metrics(self) -> dict:

@@ -44,7 +44,7 @@ from ..training.methods import MethodSetup, check_methods, get_method
 from ..training.recipes import get_recipe
 from ..training.step import training_step
 from ..training.run_config import RunConfig
-from ..training.trainer import make_criterion, make_optimizer, resolve_device
+from ..training.optimization import make_criterion, make_optimizer, resolve_device
 from .memory import step_memory
 from .breakdown import step_profile
 from .timing import interleaved_times, timed
@@ -79,7 +79,7 @@ class TrainingStep:
     changing_steps: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.changing_steps = self.controller.update_steps()
+        self.changing_steps = self.controller.changing_steps()
         self._changing = set(self.changing_steps)
 
     def __call__(self) -> None:
@@ -221,6 +221,34 @@ def _age_statistics(controller, step: int) -> None:
             stats.age.clamp_(min=min(step, controller.settings.protected_steps))
 
 
+def timing_columns(setup: TrainingStep, times: list[float], device: torch.device, *, segment_steps: int,
+                   update_samples: int, total_steps: int, steps_per_epoch: int, first_step_s: float | None,
+                   profile_steps: int) -> dict:
+    """One case's timing columns (see the module): its interleaved step ``times`` (median and
+    quartiles), a contiguous segment of ``segment_steps``, its updates, its compilation
+    (``first_step_s``: the timed first step of a compiled setup), the epoch they add up to,
+    and with ``profile_steps`` the profiler's categories."""
+    step_s = statistics.median(times)
+    quartiles = statistics.quantiles(times, n=4) if len(times) > 1 else [step_s] * 3
+    segment_s = timed(lambda: [setup() for _ in range(segment_steps)], device) / segment_steps
+    # BARTER's update cost is a target (Table 17); a masked method's is timed once, so
+    # that its epoch time includes it too
+    samples = update_samples if isinstance(setup.controller, BarterController) else 1
+    updates = update_cost(setup, samples, device) if setup.changing_steps else dict(NO_UPDATES)
+    compiling = (compile_cost(first_step_s, step_s, updates, total_steps) if setup.execution.compile
+                 else compile_cost(0.0, 0.0, NO_UPDATES, total_steps))
+    update_s_per_step = updates["update_s_per_schedule"] / total_steps
+    per_step_s = segment_s + update_s_per_step + compiling["compile_ms_per_step"] / 1000
+    columns = {"step_ms": 1000 * step_s, "step_ms_q1": 1000 * quartiles[0], "step_ms_q3": 1000 * quartiles[2],
+               "segment_ms_per_step": 1000 * segment_s, "steps_per_epoch": steps_per_epoch,
+               "epoch_s": per_step_s * steps_per_epoch,
+               **updates, "update_ms_per_step": 1000 * update_s_per_step,
+               "update_percent_of_training": 100 * update_s_per_step / per_step_s, **compiling}
+    if profile_steps:
+        columns.update({f"profile_{category}_ms": ms for category, ms in step_profile(setup, profile_steps).items()})
+    return columns
+
+
 def bench(model: str = "cct-paper", methods=DEFAULT_METHODS, densities=DEFAULT_DENSITIES, batch: int = 32,
           steps: int = 5, warmup: int = 2, segment_steps: int = 3, update_samples: int = 3,
           device: str = "auto", seed: int = 0, progress: bool = True, executions=("eager",),
@@ -274,26 +302,10 @@ def bench(model: str = "cct-paper", methods=DEFAULT_METHODS, densities=DEFAULT_D
     times = interleaved_times(setups, steps, warmup, device)
     bar.update()
     for case, setup in setups.items():
-        row = rows[case]
-        step_s = statistics.median(times[case])
-        quartiles = statistics.quantiles(times[case], n=4) if len(times[case]) > 1 else [step_s] * 3
-        segment_s = timed(lambda: [setup() for _ in range(segment_steps)], device) / segment_steps
-        # BARTER's update cost is a target (Table 17); a masked method's is timed once, so
-        # that its epoch time includes it too
-        samples = update_samples if isinstance(setup.controller, BarterController) else 1
-        updates = update_cost(setup, samples, device) if setup.changing_steps else dict(NO_UPDATES)
-        compiling = (compile_cost(first_step_s[case], step_s, updates, total_steps) if setup.execution.compile
-                     else compile_cost(0.0, 0.0, NO_UPDATES, total_steps))
-        update_s_per_step = updates["update_s_per_schedule"] / total_steps
-        per_step_s = segment_s + update_s_per_step + compiling["compile_ms_per_step"] / 1000
-        row.update({"step_ms": 1000 * step_s, "step_ms_q1": 1000 * quartiles[0], "step_ms_q3": 1000 * quartiles[2],
-                    "segment_ms_per_step": 1000 * segment_s,
-                    "steps_per_epoch": steps_per_epoch,
-                    "epoch_s": per_step_s * steps_per_epoch,
-                    **updates, "update_ms_per_step": 1000 * update_s_per_step,
-                    "update_percent_of_training": 100 * update_s_per_step / per_step_s, **compiling})
-        if profile_steps:
-            row.update({f"profile_{category}_ms": ms for category, ms in step_profile(setup, profile_steps).items()})
+        rows[case].update(timing_columns(setup, times[case], device, segment_steps=segment_steps,
+                                         update_samples=update_samples, total_steps=total_steps,
+                                         steps_per_epoch=steps_per_epoch, first_step_s=first_step_s.get(case),
+                                         profile_steps=profile_steps))
         bar.update()
     bar.close()
     return [rows[case] for case in cases]

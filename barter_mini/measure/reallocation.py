@@ -37,6 +37,9 @@ from ..core.unit_statistics import UnitStatistics
 from ..training.run_config import RunConfig
 from ..training.trainer import Training, build_training, fit_one_epoch
 
+#: the per-layer importance the probe records, whatever score the run prunes by: the
+#: Taylor importance of the module docstring, for BARTER and Static alike
+OBSERVED_SCORE = "taylor-squared"
 #: steps after an update at which the probe looks again
 LATER = (1, 5, 20)
 
@@ -113,7 +116,7 @@ class ProbedController(MethodController):
         self.inner, self.model, self.batches, self.later = inner, model, batches, later
         self.name = inner.name
         self.is_barter = isinstance(inner, BarterController)
-        self.observer = UnitStatistics(model)
+        self.observer = UnitStatistics(model, pruning_score=OBSERVED_SCORE)
         self.update_every = update_every
         self.updates: list[dict] = []
         self.importance: list[dict] = []
@@ -141,7 +144,7 @@ class ProbedController(MethodController):
                     self._pairs.append(_Pairs(kind, transfer.receiver, list(transfer.parents),
                                               list(range(count, count + transfer.executed)), step))
             self.observer.detach()              # its hooks sit on the tensors the surgery replaced
-            self.observer = UnitStatistics(self.model)
+            self.observer = UnitStatistics(self.model, pruning_score=OBSERVED_SCORE)
         for update in self.updates:
             if step - update["step"] in self.later:
                 update.setdefault("later", {})[str(step - update["step"])] = probe_scores(self.model, self.batches)
@@ -168,8 +171,8 @@ class ProbedController(MethodController):
             for noise, label in ((s.symmetry_noise, "after_clone"), (0.0, "after_exact_clone")):
                 cloned = copy.deepcopy(self.model)
                 clone(cloned.blocks[plan.receiver], kind, plan.parents,
-                      copy.deepcopy(self.inner.statistics.layers[kind][plan.receiver]), None, s.split_alpha, noise,
-                      torch.Generator().manual_seed(step))
+                      copy.deepcopy(self.inner.statistics.layers[kind][plan.receiver]), None, alpha=s.split_alpha,
+                      symmetry_noise=noise, generator=torch.Generator().manual_seed(step))
                 parts[label] = probe_scores(cloned, self.batches)
                 change = (_logits(cloned, x) - reference).abs().max() / reference.abs().max()
                 parts[f"{label}_logit_change"] = float(change)

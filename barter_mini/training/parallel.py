@@ -2,7 +2,7 @@
 
 torchrun starts N processes and sets ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE``;
 :func:`process_group` joins them (gloo on the CPU, NCCL on GPUs, one GPU per process). Each
-process loads its share of every global batch (:class:`~barter_mini.training.data.GlobalBatchSampler`)
+process loads its share of every global batch (:class:`~barter_mini.training.data.loaders.GlobalBatchSampler`)
 and of the validation and test sets; DDP averages the gradients in ``backward``, so after it
 every replica holds the gradient of the whole global batch and the method's decisions are
 made on the same numbers everywhere (:mod:`barter_mini.core.distributed`).

@@ -10,7 +10,7 @@ Adding a setting is one field here (and its use where it acts).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,16 +29,17 @@ KINDS = ("str", "int", "float", "positive_int", "density", "classes", "bool")
 
 
 def setting(default: Any, help: str | Callable[[], str] = "", *, kind: str | None = None, flag: str | None = None,
-            metavar: str | None = None, cli: bool = True):
+            metavar: str | None = None, cli: bool = True, recipe: bool = False):
     """A :class:`RunConfig` field: ``default`` (a callable: a factory), and for its command-line
     flag the ``help`` (text, or a function giving it from the registries), the ``kind`` of
     value (:data:`KINDS`; default: bool for a bool default, else str), the ``flag`` (default
     ``--field-name``; a bool field's flag sets it, ``--no-...`` clears it) and ``metavar``;
-    ``cli`` False: no flag (settings given from Python or notebooks only)."""
+    ``cli`` False: no flag (settings given from Python or notebooks only); ``recipe`` True: a
+    recipe setting of the same name that this field overrides when set (:func:`recipe_settings`)."""
     kind = kind or ("bool" if isinstance(default, bool) or flag and flag.startswith("--no-") else "str")
     if kind not in KINDS:
         raise ValueError(f"a setting's kind is one of {', '.join(KINDS)}, not {kind!r}")
-    metadata = {"help": help, "kind": kind, "flag": flag, "metavar": metavar, "cli": cli}
+    metadata = {"help": help, "kind": kind, "flag": flag, "metavar": metavar, "cli": cli, "recipe": recipe}
     if callable(default):
         return field(default_factory=default, metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -55,12 +56,12 @@ class RunConfig:
     density: float = setting(0.3, "fraction of heads and FFN channels kept (dense: 1)", kind="density")
     seed: int = setting(0, "random seed (model init, data split and order, updates)", kind="int")
     recipe: str = setting("quick", lambda: f"one of {', '.join(RECIPE_NAMES)}")
-    epochs: int | None = setting(None, "epochs (default: the recipe's)", kind="positive_int")
-    batch_size: int | None = setting(None, "batch size (default: the recipe's)", kind="positive_int")
-    lr: float | None = setting(None, "peak learning rate (default: the recipe's)", kind="float")
-    train_subset: int | None = setting(None, "train on the first N shuffled training images", kind="positive_int")
-    transfer_multiplier: float | None = setting(None, "scale the planned transfers (Table 16)", kind="float")
-    delta_t: int | None = setting(None, "optimizer steps between topology updates", kind="positive_int")
+    epochs: int | None = setting(None, "epochs (default: the recipe's)", kind="positive_int", recipe=True)
+    batch_size: int | None = setting(None, "batch size (default: the recipe's)", kind="positive_int", recipe=True)
+    lr: float | None = setting(None, "peak learning rate (default: the recipe's)", kind="float", recipe=True)
+    train_subset: int | None = setting(None, "train on the first N shuffled training images", kind="positive_int", recipe=True)
+    transfer_multiplier: float | None = setting(None, "scale the planned transfers (Table 16)", kind="float", recipe=True)
+    delta_t: int | None = setting(None, "optimizer steps between topology updates", kind="positive_int", recipe=True)
     #: where a compact model starts (core.budgets.STARTS): even, or piled into the first or last layers
     start: str = setting("even", "initial allocation of a compact method: even, first or last (piled into those layers)")
     #: or an explicit starting allocation ``{"heads": [...], "ffn": [...]}`` with the density's budgets
@@ -150,3 +151,7 @@ class RunConfig:
         return replace(self, density=density)
 
 
+def recipe_settings() -> tuple[str, ...]:
+    """The :class:`RunConfig` fields that override the recipe setting of the same name when
+    set (``recipe=True`` in :func:`setting`), in field order."""
+    return tuple(spec.name for spec in fields(RunConfig) if spec.metadata.get("recipe"))

@@ -17,7 +17,10 @@ A run survives interruption: ``last.pt`` (:meth:`Training.checkpoint`) holds the
 position inside the epoch, every RNG, the LR schedule and the records beside the model,
 optimizer and controller states, and :func:`train` with ``resume`` continues from it
 exactly (:func:`resume_training`); SIGTERM and SIGINT write it at the end of the step in
-progress. Under ``torchrun`` one run trains on several processes (:mod:`~barter_mini.training.parallel`).
+progress. The folder itself (its lock, one run per folder, where a resumed run continues
+from) is :mod:`~barter_mini.training.run_folder`'s; the optimizer, loss and recipe are
+:mod:`~barter_mini.training.optimization`'s. Under ``torchrun`` one run trains on several
+processes (:mod:`~barter_mini.training.parallel`).
 
 A run may start from a trained dense model (``init``, :mod:`~barter_mini.training.finetune`),
 keep only some classes (``classes``), and train for a compute budget (``pflops``) instead of
@@ -27,13 +30,9 @@ epochs: :func:`steps_for_compute` steps, over which the LR and update schedules 
 from __future__ import annotations
 
 import math
-import random
 import signal
 import sys
-import threading
 import time
-import contextlib
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -56,79 +55,26 @@ from ..core.method import MethodController
 from ..core.models import build_model, get_model_config
 from ..core.surgery import allocation_of
 from ..errors import BarterError, TrainingDiverged, TrainingInterrupted, check_integer
-from .checkpoints import (CHECKPOINT_FORMAT, RESUME_KEYS, RUN_KEYS, check_can_create, ensure_folder, load_checkpoint,
-                          model_from_checkpoint, read_json, remove_temporary_files, save_checkpoint, write_json)
-from . import parallel
-from .data import load_dataset, make_loaders
+from .checkpoints import (CHECKPOINT_FORMAT, RUN_KEYS, check_can_create, load_checkpoint, model_from_checkpoint,
+                          read_json, write_json)
+from . import parallel, run_folder
+from .data import DataSplits, load_dataset, make_loaders
 from .finetune import dense_start
-from .locking import exclusive_lock
 from .methods import MethodSetup, get_method
 from .random_state import capture_generators, restore_generators
 from .run_config import RunConfig
 from .step import training_step
-from .recipes import Recipe, get_recipe, with_overrides
+from .optimization import make_criterion, make_optimizer, resolve_device, resolve_recipe, seed_everything
+from .recipes import Recipe
 
 #: a run whose mean training loss over ``LOG_EVERY`` steps exceeds this many times the loss
 #: of a uniform guess (``ln C``) has diverged (:func:`check_loss_against_chance`)
 DIVERGED_LOSS_FACTOR = 20
-#: what a run writes into its folder
-RUN_FILES = ("best.pt", "last.pt", "metrics.json")
-#: the lock file in a run folder (training.locking): one training process at a time
-RUN_LOCK = ".barter-mini.lock"
 #: optimizer steps per point of the training curve (running train loss and accuracy)
 LOG_EVERY = 10
 #: steps before and after every topology or mask update whose training losses metrics.json
 #: keeps (``update_losses``): where a cold start would show as a loss spike
 UPDATE_WINDOW = 10
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise BarterError("device cuda requested but no CUDA device is available: use --device cpu or auto")
-    return torch.device(name)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Decay matrices only: biases, norms and embeddings (1-D or positional) are not decayed."""
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        (no_decay if param.ndim <= 1 or name.endswith(("pos_embed", "cls_token")) else decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def make_optimizer(model: nn.Module, recipe: Recipe) -> torch.optim.AdamW:
-    """AdamW over :func:`parameter_groups` at the recipe's learning rate and weight decay.
-
-    PyTorch's fused kernel (``fused=True``, CPU and CUDA) updates every tensor in one pass;
-    the default loop costs some fifty microseconds of Python per parameter tensor whatever its
-    size: 5.7 ms of a 65 ms vit-paper BARTER step at rho 0.1 (batch 32, two CPU cores),
-    against 1.4 ms fused, a fixed cost that does not shrink with the density (issue 13). The
-    update is the same to float32 rounding (at most 3e-8 apart after a step).
-    """
-    fused = next(model.parameters()).device.type in ("cpu", "cuda")
-    return torch.optim.AdamW(parameter_groups(model, recipe.weight_decay), lr=recipe.lr, fused=fused)
-
-
-def make_criterion(recipe: Recipe) -> nn.Module:
-    """The training loss: cross-entropy with the recipe's label smoothing."""
-    return nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
-
-
-def resolve_recipe(run: RunConfig, family: str) -> Recipe:
-    """The run's recipe with its command-line overrides applied."""
-    flags = {"epochs": run.epochs, "batch_size": run.batch_size, "lr": run.lr, "train_subset": run.train_subset,
-             "transfer_multiplier": run.transfer_multiplier, "delta_t": run.delta_t}
-    # a flag that is set wins over the same setting in ``overrides``
-    return with_overrides(get_recipe(run.recipe, family),
-                          **{**run.overrides, **{k: v for k, v in flags.items() if v is not None}})
 
 
 @torch.no_grad()
@@ -262,6 +208,52 @@ def start_allocation(run: RunConfig, config: ModelConfig) -> Allocation:
     return given
 
 
+def load_splits(run: RunConfig, recipe: Recipe) -> DataSplits:
+    """The run's dataset, cut to the recipe's training and evaluation subsets."""
+    splits = load_dataset(run.dataset, run.data_root, seed=run.seed, train_subset=recipe.train_subset,
+                          download=run.download, classes=run.classes, img_size=run.img_size)
+    if recipe.eval_subset:
+        splits.val = Subset(splits.val, range(min(recipe.eval_subset, len(splits.val))))
+        splits.test = Subset(splits.test, range(min(recipe.eval_subset, len(splits.test))))
+    return splits
+
+
+def build_run_model(run: RunConfig, config: ModelConfig, recipe: Recipe, splits: DataSplits, device: torch.device,
+                    checkpoint: dict | None) -> nn.Module:
+    """The run's model on ``device``: compact at the allocation it starts from (or the
+    checkpoint's, whose values :func:`resume_training` loads), full-width for a masked method,
+    or cut from the dense ``init`` checkpoint (:func:`~barter_mini.training.finetune.dense_start`)."""
+    method = get_method(run.method)
+    if checkpoint is not None:        # the tensors as they were; their values are loaded later
+        allocation = None if method.full_width else Allocation(
+            **{kind: tuple(widths) for kind, widths in checkpoint["allocation"].items()})
+    else:
+        allocation = None if method.full_width else start_allocation(run, config)
+    if run.init is None or checkpoint is not None:
+        return build_model(config, method.model_density(run.density), allocation, drop_path=recipe.drop_path).to(device)
+    model, reinitialised = dense_start(
+        run.init, config, run.dataset, run.classes, run.density, compact=not method.full_width,
+        allocation="oneshot" if method.needs_init else allocation, splits=splits,
+        batch_size=recipe.batch_size, seed=run.seed, device=device, drop_path=recipe.drop_path)
+    if reinitialised:
+        print(f"{run.init}: the classifier was re-initialised for the {config.num_classes} classes of this run",
+              file=sys.stderr)
+    return model
+
+
+def run_length(run: RunConfig, recipe: Recipe, steps_per_epoch: int, gflops_per_image: float,
+               checkpoint: dict | None) -> tuple[int, Recipe]:
+    """The run's optimizer steps and its recipe with the epochs they span: the recipe's
+    epochs, or as many steps as a compute budget (``pflops``) buys; a resumed run keeps the
+    length fixed when it started."""
+    if checkpoint is not None:
+        return checkpoint["resume"]["total_steps"], replace(recipe, epochs=checkpoint["resume"]["epochs"])
+    if run.pflops is None:
+        return recipe.epochs * steps_per_epoch, recipe
+    total_steps = steps_for_compute(run.pflops, gflops_per_image, recipe.batch_size)
+    return total_steps, replace(recipe, epochs=math.ceil(total_steps / steps_per_epoch))
+
+
 def build_training(run: RunConfig, checkpoint: dict | None = None) -> Training:
     """Data, model, optimizer, LR schedule and the method's controller of ``run``; from a
     ``last.pt`` ``checkpoint`` of the same run, everything as it was when it was written
@@ -271,52 +263,21 @@ def build_training(run: RunConfig, checkpoint: dict | None = None) -> Training:
     seed_everything(run.seed)
     base_config = get_model_config(run.model)
     recipe = resolve_recipe(run, base_config.family)
-    splits = load_dataset(run.dataset, run.data_root, seed=run.seed,
-                          train_subset=recipe.train_subset, download=run.download, classes=run.classes,
-                          img_size=run.img_size)
-    if recipe.eval_subset:
-        splits.val = Subset(splits.val, range(min(recipe.eval_subset, len(splits.val))))
-        splits.test = Subset(splits.test, range(min(recipe.eval_subset, len(splits.test))))
+    splits = load_splits(run, recipe)
     loaders = make_loaders(splits, recipe.batch_size, run.seed, rank=distributed.rank(),
                            world_size=distributed.world_size())
-    info = splits.info
-    config = base_config.for_data(info.img_size, info.in_chans, info.num_classes)
-
-    method = get_method(run.method)
-    if checkpoint is not None:        # the tensors as they were; their values are loaded below
-        allocation = None if method.full_width else Allocation(
-            **{kind: tuple(widths) for kind, widths in checkpoint["allocation"].items()})
-    else:
-        allocation = None if method.full_width else start_allocation(run, config)
-    if run.init is None or checkpoint is not None:
-        model = build_model(config, method.model_density(run.density), allocation,
-                            drop_path=recipe.drop_path).to(device)
-    else:
-        model, reinitialised = dense_start(
-            run.init, config, run.dataset, run.classes, run.density, compact=not method.full_width,
-            allocation="oneshot" if method.needs_init else allocation, splits=splits,
-            batch_size=recipe.batch_size, seed=run.seed, device=device, drop_path=recipe.drop_path)
-        if reinitialised:
-            print(f"{run.init}: the classifier was re-initialised for the {config.num_classes} classes of this run",
-                  file=sys.stderr)
+    config = base_config.for_data(splits.info.img_size, splits.info.in_chans, splits.info.num_classes)
+    model = build_run_model(run, config, recipe, splits, device, checkpoint)
     optimizer = make_optimizer(model, recipe)
     gflops = training_gflops_per_image(model)
-    if checkpoint is not None:        # a compute budget fixed the length when the run started
-        total_steps = checkpoint["resume"]["total_steps"]
-        recipe = replace(recipe, epochs=checkpoint["resume"]["epochs"])
-    elif run.pflops is None:
-        total_steps = recipe.epochs * len(loaders[0])
-    else:
-        total_steps = steps_for_compute(run.pflops, gflops, recipe.batch_size)
-        recipe = replace(recipe, epochs=math.ceil(total_steps / len(loaders[0])))
+    total_steps, recipe = run_length(run, recipe, len(loaders[0]), gflops, checkpoint)
     scheduler = CosineLRScheduler(
         optimizer, t_initial=total_steps, lr_min=recipe.min_lr,
         warmup_t=int(recipe.warmup_fraction * total_steps), warmup_lr_init=recipe.lr * 0.01,
         warmup_prefix=True, t_in_epochs=False)
-    controller = method.build(MethodSetup(model, optimizer, run.density, total_steps, recipe, run.seed,
-                                          from_trained=run.init is not None))
-    criterion = make_criterion(recipe)
-    t = Training(run, recipe, config, device, model, optimizer, scheduler, controller, criterion,
+    controller = get_method(run.method).build(MethodSetup(model, optimizer, run.density, total_steps, recipe,
+                                                          run.seed, from_trained=run.init is not None))
+    t = Training(run, recipe, config, device, model, optimizer, scheduler, controller, make_criterion(recipe),
                  loaders, total_steps, started=time.perf_counter(), gflops_per_image=gflops)
     if checkpoint is not None:
         try:
@@ -444,15 +405,8 @@ def save_epoch(t: Training, out: Path) -> None:
         t.best_acc = t.last_val["acc"]
     state = t.checkpoint()
     if improved:
-        write_checkpoint(out / "best.pt", state)
-    write_checkpoint(out / "last.pt", state)
-
-
-def write_checkpoint(path: Path, state: dict) -> None:
-    """Rank 0 writes (atomically); every process waits until it has."""
-    if distributed.is_main_process():
-        save_checkpoint(path, state)
-    parallel.barrier()
+        run_folder.write_checkpoint(out / "best.pt", state)
+    run_folder.write_checkpoint(out / "last.pt", state)
 
 
 def update_losses(step_losses: list[float], updates: list[int], window: int = UPDATE_WINDOW) -> list[dict]:
@@ -482,7 +436,7 @@ def finalize(t: Training, out: Path) -> dict:
         "train_pflops": t.train_gflops / 1e6,
         "update_time_s": t.update_seconds, "update_ms_per_step": 1000 * t.update_seconds / max(1, t.step),
         "allocation": best["allocation"], "history": t.history, "curve": t.curve,
-        "update_losses": update_losses(t.step_losses, t.controller.update_steps()),
+        "update_losses": update_losses(t.step_losses, t.controller.changing_steps()),
         **t.controller.metrics(), "processes": distributed.world_size(),
         "graphs_compiled": graphs_compiled() - t.graphs_at_start if run.compile else 0,
         "run": asdict(run), "recipe_settings": asdict(t.recipe),
@@ -491,97 +445,6 @@ def finalize(t: Training, out: Path) -> dict:
         write_json(out / "metrics.json", metrics)
     parallel.barrier()
     return metrics
-
-
-#: the settings a resumed run may change: where data lives, the device, the progress bar
-NOT_COMPARED_ON_RESUME = ("progress", "data_root", "download", "device")
-
-
-def settings_differing(saved: dict, now: dict) -> list[str]:
-    """The settings of a run (``asdict`` of its validated config) that differ from a run
-    folder's ``saved`` ones."""
-    defaults = asdict(RunConfig())        # a setting added since the folder was written had its default
-    return sorted(key for key in set(now) | set(saved)
-                  if key not in NOT_COMPARED_ON_RESUME
-                  and _comparable(saved.get(key, defaults.get(key))) != _comparable(now.get(key, defaults.get(key))))
-
-
-def _comparable(value):
-    return list(value) if isinstance(value, tuple) else value     # JSON and checkpoints keep tuples as lists
-
-
-def resume_point(out: Path, run: RunConfig) -> tuple[dict | None, dict | None]:
-    """(metrics of a finished run, ``last.pt`` of an unfinished one) in the folder ``out``;
-    both None when it holds no run. A folder of another configuration is refused."""
-    if (out / "metrics.json").is_file():
-        metrics = read_json(out / "metrics.json")
-        _check_same_run(out / "metrics.json", metrics.get("run", {}), run)
-        return metrics, None
-    if (out / "last.pt").is_file():
-        checkpoint = load_checkpoint(out / "last.pt", keys=RESUME_KEYS, use="resuming the run (--resume)")
-        _check_same_run(out / "last.pt", checkpoint["run"], run)
-        return None, checkpoint
-    if (out / "best.pt").is_file():       # killed between the first best.pt and last.pt: start again
-        _check_same_run(out / "best.pt", load_checkpoint(out / "best.pt", keys=RUN_KEYS, use="resuming the run")["run"], run)
-    return None, None
-
-
-def refuse_existing_run(out: Path) -> None:
-    """A one-line error if ``out`` holds a run's files: without ``resume`` a run would mix its
-    files with that run's (one run per folder)."""
-    present = [name for name in RUN_FILES if (out / name).exists()]
-    if present:
-        raise BarterError(f"{out} already holds a run ({', '.join(present)}): continue it with --resume and "
-                          "the same settings, or train into another --out (or delete that folder first)")
-
-
-@contextmanager
-def run_folder(out: Path):
-    """Hold the run folder ``out`` for this process: its lock (:data:`RUN_LOCK`, removed when
-    the run ends; a second run into it is refused at once) and the temporary files a killed
-    write left there removed.
-    Under ``torchrun`` rank 0 holds it for all: only rank 0 writes."""
-    if parallel.launch_rank() != 0:
-        yield
-        return
-    created = not out.exists()
-    ensure_folder(out)
-    try:
-        with exclusive_lock(out / RUN_LOCK, f"run folder {out}", remove=True):
-            remove_temporary_files(out, RUN_FILES)
-            yield
-    finally:
-        if created:     # a run that wrote nothing (bad data, an error before its first epoch) leaves no folder
-            with contextlib.suppress(OSError):
-                out.rmdir()
-
-
-def _check_same_run(path: Path, saved: dict, run: RunConfig) -> None:
-    now = asdict(run.validate())
-    differing = settings_differing(saved, now)
-    if differing:
-        shown = ", ".join(f"{key} {saved.get(key)!r} there, {now.get(key)!r} here" for key in differing)
-        raise BarterError(f"{path} is a run of other settings ({shown}): "
-                          "give the same settings to resume it, or another --out")
-
-
-@contextmanager
-def interruptible():
-    """SIGTERM (Slurm preemption, ``kill``) and SIGINT (Ctrl-C) set a flag instead of killing
-    the process, so the trainer can write ``last.pt`` at the end of the step in progress.
-    Yields the list the handler appends the signal number to; restores the old handlers.
-    Outside the main thread, where Python cannot install handlers, signals act as before."""
-    received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield received
-        return
-    previous = {signum: signal.signal(signum, lambda signum, frame: received.append(signum))
-                for signum in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield received
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def train(run: RunConfig, out: str | Path, resume: bool = False, checkpoint_every: int | None = None) -> dict:
@@ -596,27 +459,27 @@ def train(run: RunConfig, out: str | Path, resume: bool = False, checkpoint_ever
     out = check_can_create(Path(out))      # before training: a bad --out fails at once
     if checkpoint_every is not None:
         checkpoint_every = check_integer("checkpoint_every", checkpoint_every)
-    with run_folder(out):
+    with run_folder.holding(out):
         checkpoint = None
         if resume:
-            finished, checkpoint = resume_point(out, run)
+            finished, checkpoint = run_folder.resume_point(out, run)
             if finished is not None:
                 return finished
         else:
-            refuse_existing_run(out)
+            run_folder.refuse_existing_run(out)
         return _train_in(run, out, checkpoint, checkpoint_every)
 
 
 def _train_in(run: RunConfig, out: Path, checkpoint: dict | None, checkpoint_every: int | None) -> dict:
-    with parallel.process_group(run.device), interruptible() as received:
+    with parallel.process_group(run.device), run_folder.interruptible() as received:
         t = build_training(run, checkpoint)
 
         def after_each_step(t: Training) -> None:
             if parallel.any_process(bool(received)):       # every process stops at the same step
-                write_checkpoint(out / "last.pt", t.checkpoint())
+                run_folder.write_checkpoint(out / "last.pt", t.checkpoint())
                 raise TrainingInterrupted(received[0] if received else signal.SIGTERM, t.step, out / "last.pt")
             if checkpoint_every is not None and t.step % checkpoint_every == 0:
-                write_checkpoint(out / "last.pt", t.checkpoint())
+                run_folder.write_checkpoint(out / "last.pt", t.checkpoint())
 
         try:
             while t.epoch <= t.recipe.epochs:
@@ -625,7 +488,7 @@ def _train_in(run: RunConfig, out: Path, checkpoint: dict | None, checkpoint_eve
         except TrainingDiverged as diverged:
             # the model, optimizer and records are those after the last step with finite
             # values: keep them (the cause can be studied, e.g. the weights' norms), say so
-            write_checkpoint(out / "last.pt", t.checkpoint())
+            run_folder.write_checkpoint(out / "last.pt", t.checkpoint())
             diverged.checkpoint, diverged.kept_step = out / "last.pt", t.step
             diverged.hint = (f"the learning rate {t.recipe.lr:g} may be too high: "
                              "try a smaller --lr, in another --out")

@@ -58,7 +58,7 @@ class CompactCCT(CompactTransformer):
 
     #: rebuild the tokenizer's activations in backward from the images instead of keeping them
     #: (``--recompute``): its conv output, pool indices and ReLU output are the model's widest
-    #: tensors (58 MB of a cct-paper step at batch 32), one conv forward (~4 ms) rebuilds them
+    #: tensors, and one conv forward, cheap beside the layers, rebuilds them
     recompute_stem: bool = False
 
     def __init__(self, config: ModelConfig, allocation: Allocation, drop_path: float = 0.0):

@@ -1,0 +1,75 @@
+"""Batches: :class:`~.GlobalBatchSampler` (shuffled global batches, each process's share,
+resumable inside an epoch) and :func:`~.make_loaders` (the train, val and test loaders)."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, Sampler, Subset
+
+from ...errors import BarterError, check_integer
+from .info import DataSplits
+
+class GlobalBatchSampler(Sampler[list[int]]):
+    """Shuffled global batches cut into this process's share, resumable inside an epoch.
+
+    Every epoch draws one permutation of the training split from the loader's generator
+    (:class:`~torch.utils.data.RandomSampler`, the same draws as ``shuffle=True``) and cuts it
+    into global batches of ``batch_size``. Process ``rank`` of ``world_size`` takes positions
+    ``rank, rank + world_size, ...`` of each global batch, so the processes of a
+    data-parallel run together see exactly the batches a single process would, and the
+    mean of their gradients is the single process's gradient.
+
+    ``skip`` (set before iterating) passes over that many batches at the start of the next
+    epoch without loading them: a resumed run continues inside an epoch without drawing the
+    augmentations' random numbers of the batches it already trained on.
+    """
+
+    def __init__(self, sampler: Sampler[int], batch_size: int, drop_last: bool,
+                 rank: int = 0, world_size: int = 1):
+        self.batches = BatchSampler(sampler, batch_size, drop_last)
+        if batch_size % world_size:
+            raise BarterError(f"a global batch of {batch_size} cannot be split evenly over {world_size} processes: "
+                              "choose a batch size that is a multiple of the number of processes")
+        self.rank, self.world_size, self.skip = rank, world_size, 0
+
+    def __iter__(self):
+        skip, self.skip = self.skip, 0
+        for index, batch in enumerate(self.batches):
+            if index >= skip:
+                yield batch[self.rank::self.world_size]
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def make_loaders(
+    splits: DataSplits, batch_size: int, seed: int, num_workers: int = 0, rank: int = 0, world_size: int = 1,
+) -> tuple[DataLoader, DataLoader, DataLoader]:
+    """(train, val, test) DataLoaders.
+
+    The training loader shuffles with its own ``torch.Generator`` seeded by ``seed``, so the
+    batch order is reproducible and independent of the global RNG; it drops the last partial
+    batch only when at least one full batch exists (a tiny ``train_subset`` still trains).
+    Its batches are :class:`~.GlobalBatchSampler`'s: ``batch_size`` is the global batch, of
+    which process ``rank`` of ``world_size`` loads its share; of validation and test it
+    loads every ``world_size``-th image from ``rank`` on, so together they see each once.
+    The random crops/flips themselves draw from the global torch RNG when ``num_workers=0``
+    (seed it with ``torch.manual_seed``) and from per-worker seeds derived from the loader's
+    generator otherwise. Validation and test are not shuffled and keep every item.
+    """
+    batch_size = check_integer("batch_size", batch_size)
+    num_workers = check_integer("num_workers", num_workers, minimum=0)
+    common = dict(num_workers=num_workers, persistent_workers=num_workers > 0)
+    generator = torch.Generator().manual_seed(int(seed))
+    drop_last = len(splits.train) >= batch_size
+    if not drop_last and world_size > 1:
+        raise BarterError(f"{len(splits.train)} training images make no global batch of {batch_size}: "
+                          "a data-parallel run needs at least one full batch")
+    batches = GlobalBatchSampler(RandomSampler(splits.train, generator=generator), batch_size, drop_last,
+                                 rank, world_size)
+    train = DataLoader(splits.train, batch_sampler=batches, generator=generator, **common)
+    def share(split: Dataset) -> Dataset:       # every process evaluates its own images
+        return split if world_size == 1 else Subset(split, range(rank, len(split), world_size))
+    val = DataLoader(share(splits.val), batch_size=batch_size, shuffle=False, **common)
+    test = DataLoader(share(splits.test), batch_size=batch_size, shuffle=False, **common)
+    return train, val, test
