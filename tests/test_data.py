@@ -121,7 +121,7 @@ def test_fashion_mnist_val_plain_train_augmented(fashion_root):
     v1, v2 = s.val[3][0], s.val[3][0]
     torch.testing.assert_close(v1, v2, rtol=0, atol=0)
     # the val item is exactly the normalised raw image
-    raw = s.val.dataset.data[s.val.indices[3]].float()
+    raw = s.val.dataset.images[s.val.indices[3], 0].float()
     torch.testing.assert_close(_unnormalise(v1, info)[0], raw, rtol=1e-5, atol=1e-3)
     # the training view is augmented: repeated draws of one item differ
     draws = [s.train[0][0] for _ in range(10)]
@@ -422,7 +422,7 @@ def test_make_loaders_shapes_and_seeded_order():
     assert tuple(x.shape) == (64, 1, 8, 8) and tuple(y.shape) == (64,)
     assert len(tr) == len(s.train) // 64  # drop_last
     assert sum(len(b[1]) for b in va) == len(s.val)  # val keeps every item, in order
-    torch.testing.assert_close(torch.cat([b[1] for b in te]), torch.tensor(s.test.targets), rtol=0, atol=0)
+    torch.testing.assert_close(torch.cat([b[1] for b in te]), torch.as_tensor(s.test.targets), rtol=0, atol=0)
     x2, y2 = next(iter(make_loaders(s, batch_size=64, seed=7)[0]))
     assert torch.equal(x, x2) and torch.equal(y, y2)
     x3, _ = next(iter(make_loaders(s, batch_size=64, seed=8)[0]))
@@ -433,3 +433,61 @@ def test_make_loaders_shapes_and_seeded_order():
     assert len(batches) == 1 and len(batches[0][1]) == 5
     with pytest.raises(BarterError):
         make_loaders(s, batch_size=0, seed=0)
+
+
+# --------------------------------------------------------------------------- the batched pipeline
+
+
+def test_a_batch_is_cropped_and_flipped_as_torchvision_does_each_image():
+    """random_crop_and_flip: each image padded with zeros, cut at its own offset, maybe flipped:
+    torchvision's crop and hflip of that image with the same draws."""
+    from torchvision.transforms.v2 import functional as TF
+
+    from barter_mini.training.data.batches import random_crop_and_flip
+
+    images = torch.randint(0, 256, (16, 3, 8, 8), dtype=torch.uint8)
+    torch.manual_seed(3)
+    batch = random_crop_and_flip(images, 2)
+    torch.manual_seed(3)
+    top, left, flip = torch.randint(0, 5, (16,)), torch.randint(0, 5, (16,)), torch.rand(16) < 0.5
+    for i in range(16):
+        expected = TF.crop(TF.pad(images[i], [2]), int(top[i]), int(left[i]), 8, 8)
+        torch.testing.assert_close(batch[i], TF.horizontal_flip(expected) if flip[i] else expected, rtol=0, atol=0)
+    assert flip.any() and not flip.all() and len(set(top.tolist())) > 1
+
+
+def test_batched_loaders_yield_what_the_items_are():
+    """Validation and test batches are the plain items, exactly, in order, and every pass
+    is the same (no augmentation); training batches follow the seeded order."""
+    s = load_dataset("digits", seed=0, classes=(3, 1, 4), img_size=12)
+    train, val, test = make_loaders(s, batch_size=32, seed=5)
+    for loader, split in ((val, s.val), (test, s.test)):
+        images, labels = map(torch.cat, zip(*loader))
+        items = [split[i] for i in range(len(split))]
+        torch.testing.assert_close(images, torch.stack([x for x, _ in items]), rtol=0, atol=0)
+        assert labels.tolist() == [y for _, y in items] and set(labels.tolist()) == {0, 1, 2}
+        assert tuple(images.shape[1:]) == (1, 12, 12)
+        again = torch.cat([x for x, _ in loader])
+        assert torch.equal(images, again)
+    state = train.generator.get_state()
+    order = list(train.batch_sampler)             # draws the epoch's shuffle: set it back
+    train.generator.set_state(state)
+    first_images, first_labels = next(iter(train))
+    assert first_labels.tolist() == [s.train[i][1] for i in order[0]]
+    torch.testing.assert_close(first_images, torch.stack([s.train[i][0] for i in order[0]]), rtol=0, atol=0)
+
+
+def test_the_training_view_is_augmented_per_image_and_lives_where_asked(fashion_root):
+    s = load_dataset("fashion-mnist", fashion_root, seed=0, train_subset=256)
+    train, val, _ = make_loaders(s, batch_size=64, seed=0, device="cpu")
+    torch.manual_seed(0)
+    a, _ = next(iter(train))
+    torch.manual_seed(1)
+    b, _ = next(iter(train))
+    assert a.device.type == "cpu" and a.dtype == torch.float32 and tuple(a.shape) == (64, 1, 28, 28)
+    differs = (a != b).flatten(1).any(dim=1)
+    assert differs.float().mean() > 0.5           # each image draws its own crop and flip
+    plain = load_dataset("fashion-mnist", fashion_root, seed=0, train_subset=256, augment=False)
+    c, _ = next(iter(make_loaders(plain, batch_size=64, seed=0)[0]))
+    d, _ = next(iter(make_loaders(plain, batch_size=64, seed=0)[0]))
+    assert torch.equal(c, d)

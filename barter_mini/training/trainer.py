@@ -84,7 +84,7 @@ def evaluate(model: nn.Module, loader, device: torch.device) -> dict[str, float]
     preds, labels = [torch.zeros(0, dtype=torch.long)], [torch.zeros(0, dtype=torch.long)]
     for x, y in loader:
         preds.append(model(x.to(device)).argmax(dim=1).cpu())
-        labels.append(y)
+        labels.append(y.cpu())
     pred, true = parallel.gather_predictions(torch.cat(preds), torch.cat(labels))   # this process's share
     pred, true = pred.numpy(), true.numpy()
     return {"acc": float((pred == true).mean()),
@@ -265,7 +265,7 @@ def build_training(run: RunConfig, checkpoint: dict | None = None) -> Training:
     recipe = resolve_recipe(run, base_config.family)
     splits = load_splits(run, recipe)
     loaders = make_loaders(splits, recipe.batch_size, run.seed, rank=distributed.rank(),
-                           world_size=distributed.world_size())
+                           world_size=distributed.world_size(), device=device)
     config = base_config.for_data(splits.info.img_size, splits.info.in_chans, splits.info.num_classes)
     model = build_run_model(run, config, recipe, splits, device, checkpoint)
     optimizer = make_optimizer(model, recipe)

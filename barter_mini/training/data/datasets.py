@@ -1,5 +1,7 @@
-"""One loader per dataset, each giving :class:`~.info.DataSplits`: the transforms, the seeded
-validation cut of the official training split, and :func:`~.load_dataset`, the entry point."""
+"""One loader per dataset, each giving :class:`~.info.DataSplits`: the seeded validation cut
+of the official training split, the datasets held in memory as
+:class:`~.batches.TensorImages`, Tiny-ImageNet's files with torchvision's transforms, and
+:func:`~.load_dataset`, the entry point."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from ...errors import BarterError, check_in_range, check_integer, choose
 from . import cifar10
 from .files import (FASHION_FILES, TINY_IMAGENET_MD5, TINY_IMAGENET_URL, fashion_debian_dir,
                     prepare_fashion_from_debian, read_wnids)
+from .batches import TensorImages
 from .info import DATASETS, DatasetInfo, DataSplits, default_data_root
 from .views import resize_images, select_classes
 
@@ -85,6 +88,18 @@ def _splits(info, train_aug, train_plain, test, val_fraction, seed, train_subset
     return DataSplits(info, Subset(train_aug, train_idx), Subset(train_plain, val_idx), test)
 
 
+def _in_memory_splits(info: DatasetInfo, train: TensorImages, test: TensorImages, augment: bool, crop_padding: int,
+                      val_fraction, seed, train_subset) -> DataSplits:
+    """The splits of a dataset held in memory: the training view augmented with
+    ``crop_padding`` (when ``augment``), validation and test plain, all on the same tensors."""
+    train_aug = train.with_augmentation(crop_padding) if augment and crop_padding else train
+    return _splits(info, train_aug, train, test, val_fraction, seed, train_subset)
+
+
+def _channels_first(images_nhwc: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(images_nhwc)).permute(0, 3, 1, 2).contiguous()
+
+
 def _load_fashion_mnist(info, root: Path, augment, download, val_fraction, seed, train_subset):
     from torchvision.datasets import FashionMNIST
 
@@ -100,32 +115,14 @@ def _load_fashion_mnist(info, root: Path, augment, download, val_fraction, seed,
             f"Fashion-MNIST not found in {raw} nor in {fashion_debian_dir()}: "
             "run `apt-get install dataset-fashion-mnist` or pass download=True (--download)"
         )
-    plain = _transforms(info, False, 0)
-    train_plain = FashionMNIST(root, train=True, download=False, transform=plain)
-    test = FashionMNIST(root, train=False, download=False, transform=plain)
-    train_aug = _with_transform(train_plain, _transforms(info, True, 2)) if augment else train_plain
-    return _splits(info, train_aug, train_plain, test, val_fraction, seed, train_subset)
+    train = FashionMNIST(root, train=True, download=False)
+    test = FashionMNIST(root, train=False, download=False)
+    return _in_memory_splits(info, TensorImages(train.data.unsqueeze(1), train.targets, info),
+                             TensorImages(test.data.unsqueeze(1), test.targets, info), augment, 2,
+                             val_fraction, seed, train_subset)
 
 
 # --------------------------------------------------------------------------- digits
-
-
-class _TensorImages(Dataset):
-    """Already-normalised image tensors with integer labels (used for scikit-learn digits).
-
-    ``source_index[i]`` is the row of item ``i`` in ``load_digits()``, to trace items back.
-    """
-
-    def __init__(self, images: torch.Tensor, labels: np.ndarray, source_index: np.ndarray):
-        self.images = images
-        self.targets = [int(y) for y in labels]
-        self.source_index = [int(i) for i in source_index]
-
-    def __len__(self) -> int:
-        return len(self.targets)
-
-    def __getitem__(self, index: int):
-        return self.images[index], self.targets[index]
 
 
 def _load_digits(info, val_fraction, seed, train_subset):
@@ -140,36 +137,17 @@ def _load_digits(info, val_fraction, seed, train_subset):
     from sklearn.model_selection import train_test_split
 
     digits = load_digits()
-    x = torch.from_numpy(digits.images.astype(np.float32) / 16.0).unsqueeze(1)
-    mean = torch.tensor(info.mean, dtype=torch.float32).view(1, -1, 1, 1)
-    std = torch.tensor(info.std, dtype=torch.float32).view(1, -1, 1, 1)
-    x = (x - mean) / std
+    x = torch.from_numpy(digits.images.astype(np.uint8)).unsqueeze(1)        # 0..16: scale 16
     y = digits.target
     tr, te = train_test_split(np.arange(len(y)), test_size=0.2, stratify=y, random_state=0)
-    train = _TensorImages(x[tr], y[tr], tr)
-    test = _TensorImages(x[te], y[te], te)
+    train = TensorImages(x[tr], y[tr], info, scale=16.0)
+    test = TensorImages(x[te], y[te], info, scale=16.0)
+    # source_index[i]: the row of item i in load_digits(), to trace items back
+    train.source_index, test.source_index = tr.tolist(), te.tolist()
     return _splits(info, train, train, test, val_fraction, seed, train_subset)
 
 
 # --------------------------------------------------------------------------- cifar10
-
-
-class ArrayImages(Dataset):
-    """Images held in memory as one uint8 array (``N x H x W x C``, torchvision's
-    ``CIFAR10.data`` layout) with integer ``targets``; each item goes through ``transform``
-    as a PIL image, as torchvision's datasets do."""
-
-    def __init__(self, data: np.ndarray, targets, transform=None):
-        self.data, self.targets, self.transform = data, [int(t) for t in targets], transform
-
-    def __len__(self) -> int:
-        return len(self.targets)
-
-    def __getitem__(self, index: int):
-        from PIL import Image
-
-        image = Image.fromarray(self.data[index])
-        return (self.transform(image) if self.transform is not None else image), self.targets[index]
 
 
 def cifar10_arrays(root: Path, download: bool) -> dict[str, np.ndarray]:
@@ -211,11 +189,9 @@ def fetch_dataset(name: str, root: str | Path | None = None, download: bool = Fa
 
 def _load_cifar10(info, root: Path, augment, download, val_fraction, seed, train_subset):
     arrays = cifar10_arrays(root, download)
-    plain = _transforms(info, False, 0)
-    train_plain = ArrayImages(arrays["train_images"], arrays["train_labels"], plain)
-    test = ArrayImages(arrays["test_images"], arrays["test_labels"], plain)
-    train_aug = _with_transform(train_plain, _transforms(info, True, 4)) if augment else train_plain
-    return _splits(info, train_aug, train_plain, test, val_fraction, seed, train_subset)
+    return _in_memory_splits(info, TensorImages(_channels_first(arrays["train_images"]), arrays["train_labels"], info),
+                             TensorImages(_channels_first(arrays["test_images"]), arrays["test_labels"], info),
+                             augment, 4, val_fraction, seed, train_subset)
 
 
 # --------------------------------------------------------------------------- cifar100
@@ -225,17 +201,17 @@ def _load_cifar100(info, root: Path, augment, download, val_fraction, seed, trai
     """torchvision's ``CIFAR100`` (python version), with its md5 integrity check left on."""
     from torchvision.datasets import CIFAR100
 
-    plain = _transforms(info, False, 0)
     try:
-        train_plain = CIFAR100(root, train=True, download=download, transform=plain)
-        test = CIFAR100(root, train=False, download=False, transform=plain)
+        train = CIFAR100(root, train=True, download=download)
+        test = CIFAR100(root, train=False, download=False)
     except RuntimeError:
         raise BarterError(
             f"CIFAR-100 not found or corrupted in {root / CIFAR100.base_folder}: put the python version "
             f"there (extract cifar-100-python.tar.gz under {root}) or pass download=True (--download)"
         ) from None
-    train_aug = _with_transform(train_plain, _transforms(info, True, 4)) if augment else train_plain
-    return _splits(info, train_aug, train_plain, test, val_fraction, seed, train_subset)
+    return _in_memory_splits(info, TensorImages(_channels_first(train.data), train.targets, info),
+                             TensorImages(_channels_first(test.data), test.targets, info), augment, 4,
+                             val_fraction, seed, train_subset)
 
 
 # --------------------------------------------------------------------------- tiny-imagenet

@@ -1,13 +1,17 @@
 """Batches: :class:`~.GlobalBatchSampler` (shuffled global batches, each process's share,
-resumable inside an epoch) and :func:`~.make_loaders` (the train, val and test loaders)."""
+resumable inside an epoch), :class:`~.TensorBatches` (a split held in memory, a whole batch
+gathered and augmented at once on the training device) and :func:`~.make_loaders` (the
+train, val and test loaders)."""
 
 from __future__ import annotations
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, Sampler, Subset
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler, Subset
 
 from ...errors import BarterError, check_integer
+from .batches import BatchSource, batch_source
 from .info import DataSplits
+
 
 class GlobalBatchSampler(Sampler[list[int]]):
     """Shuffled global batches cut into this process's share, resumable inside an epoch.
@@ -42,24 +46,52 @@ class GlobalBatchSampler(Sampler[list[int]]):
         return len(self.batches)
 
 
+class TensorBatches:
+    """The batches of a split held in memory (:mod:`.batches`), gathered from its tensors on
+    ``device`` a whole batch at a time: what a ``DataLoader`` over it would yield, with the
+    same ``dataset``, ``batch_sampler`` (and so the same order, shares and resumable skip) and
+    ``generator``, without a Python call per image."""
+
+    def __init__(self, dataset: Dataset, batch_sampler: Sampler[list[int]], device: torch.device,
+                 generator: torch.Generator | None = None, source: BatchSource | None = None):
+        source = source if source is not None else batch_source(dataset)
+        if source is None:
+            raise ValueError(f"{type(dataset).__name__} is not held in memory: load it with a DataLoader")
+        self.dataset, self.batch_sampler, self.generator = dataset, batch_sampler, generator
+        self.source = source.to(device)
+        self.device = torch.device(device)
+
+    def __iter__(self):
+        for positions in self.batch_sampler:
+            yield self.source.batch(torch.as_tensor(positions, dtype=torch.long))
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+
 def make_loaders(
     splits: DataSplits, batch_size: int, seed: int, num_workers: int = 0, rank: int = 0, world_size: int = 1,
-) -> tuple[DataLoader, DataLoader, DataLoader]:
-    """(train, val, test) DataLoaders.
+    device: torch.device | str = "cpu",
+) -> tuple:
+    """(train, val, test) loaders.
 
     The training loader shuffles with its own ``torch.Generator`` seeded by ``seed``, so the
     batch order is reproducible and independent of the global RNG; it drops the last partial
     batch only when at least one full batch exists (a tiny ``train_subset`` still trains).
-    Its batches are :class:`~.GlobalBatchSampler`'s: ``batch_size`` is the global batch, of
+    Its batches are :class:`GlobalBatchSampler`'s: ``batch_size`` is the global batch, of
     which process ``rank`` of ``world_size`` loads its share; of validation and test it
     loads every ``world_size``-th image from ``rank`` on, so together they see each once.
-    The random crops/flips themselves draw from the global torch RNG when ``num_workers=0``
-    (seed it with ``torch.manual_seed``) and from per-worker seeds derived from the loader's
-    generator otherwise. Validation and test are not shuffled and keep every item.
+    Validation and test are not shuffled and keep every item.
+
+    Where every split is held in memory (:func:`~.batches.batch_source`) the loaders are
+    :class:`TensorBatches`: the tensors move to ``device`` once, and a batch's crops and flips
+    are drawn for the whole batch from the global torch generator. Otherwise (Tiny-ImageNet's
+    files) they are ``DataLoader`` objects that load and augment one image at a time, drawing
+    from the global generator with ``num_workers=0`` and from per-worker seeds derived from
+    the loader's generator otherwise, and yield CPU tensors.
     """
     batch_size = check_integer("batch_size", batch_size)
     num_workers = check_integer("num_workers", num_workers, minimum=0)
-    common = dict(num_workers=num_workers, persistent_workers=num_workers > 0)
     generator = torch.Generator().manual_seed(int(seed))
     drop_last = len(splits.train) >= batch_size
     if not drop_last and world_size > 1:
@@ -67,9 +99,16 @@ def make_loaders(
                           "a data-parallel run needs at least one full batch")
     batches = GlobalBatchSampler(RandomSampler(splits.train, generator=generator), batch_size, drop_last,
                                  rank, world_size)
-    train = DataLoader(splits.train, batch_sampler=batches, generator=generator, **common)
+
     def share(split: Dataset) -> Dataset:       # every process evaluates its own images
         return split if world_size == 1 else Subset(split, range(rank, len(split), world_size))
-    val = DataLoader(share(splits.val), batch_size=batch_size, shuffle=False, **common)
-    test = DataLoader(share(splits.test), batch_size=batch_size, shuffle=False, **common)
-    return train, val, test
+
+    views = (splits.train, share(splits.val), share(splits.test))
+    sources = [batch_source(split) for split in views]
+    if all(source is not None for source in sources):
+        train = TensorBatches(views[0], batches, device, generator, sources[0])
+        return (train, *(TensorBatches(split, BatchSampler(SequentialSampler(split), batch_size, False), device,
+                                       source=source) for split, source in zip(views[1:], sources[1:])))
+    common = dict(num_workers=num_workers, persistent_workers=num_workers > 0)
+    train = DataLoader(splits.train, batch_sampler=batches, generator=generator, **common)
+    return (train, *(DataLoader(split, batch_size=batch_size, shuffle=False, **common) for split in views[1:]))

@@ -32,7 +32,7 @@ def _labels(dataset: Dataset) -> list[int]:
     return [int(t) for t in dataset.targets]
 
 
-class _Relabelled(Dataset):
+class Relabelled(Dataset):
     """Items ``indices`` of ``dataset`` with label ``y`` replaced by ``relabel[y]``."""
 
     def __init__(self, dataset: Dataset, indices: list[int], relabel: dict[int, int]):
@@ -58,13 +58,13 @@ def select_classes(splits: DataSplits, classes) -> DataSplits:
     relabel = {c: i for i, c in enumerate(classes)}
 
     def keep(dataset):
-        return _Relabelled(dataset, [i for i, y in enumerate(_labels(dataset)) if y in relabel], relabel)
+        return Relabelled(dataset, [i for i, y in enumerate(_labels(dataset)) if y in relabel], relabel)
 
     info = replace(splits.info, num_classes=len(classes))
     return DataSplits(info, keep(splits.train), keep(splits.val), keep(splits.test))
 
 
-class _Resized(Dataset):
+class Resized(Dataset):
     """``dataset`` with every image resized to ``size`` x ``size`` (bilinear, antialiased)."""
 
     def __init__(self, dataset: Dataset, size: int):
@@ -91,5 +91,5 @@ def resize_images(splits: DataSplits, img_size: int) -> DataSplits:
     if img_size == splits.info.img_size:
         return splits
     info = replace(splits.info, img_size=img_size)
-    return DataSplits(info, _Resized(splits.train, img_size), _Resized(splits.val, img_size),
-                      _Resized(splits.test, img_size))
+    return DataSplits(info, Resized(splits.train, img_size), Resized(splits.val, img_size),
+                      Resized(splits.test, img_size))
