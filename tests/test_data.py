@@ -491,3 +491,13 @@ def test_the_training_view_is_augmented_per_image_and_lives_where_asked(fashion_
     c, _ = next(iter(make_loaders(plain, batch_size=64, seed=0)[0]))
     d, _ = next(iter(make_loaders(plain, batch_size=64, seed=0)[0]))
     assert torch.equal(c, d)
+
+
+def test_views_of_the_same_images_share_one_copy_on_the_device():
+    from barter_mini.training.data.batches import TensorImages, batch_source
+
+    s = load_dataset("digits", seed=0)
+    moved: dict = {}
+    train, val = (batch_source(split).to("meta", moved) for split in (s.train, s.val))
+    assert train.images.images.device.type == "meta" and train.images.images is val.images.images
+    assert len(moved) == 1 and isinstance(train.images, TensorImages)

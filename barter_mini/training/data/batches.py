@@ -58,11 +58,17 @@ class TensorImages(Dataset):
         """The same tensors, augmented with ``crop_padding`` (0: none)."""
         return TensorImages(self.images, self.targets, self.info, self.scale, crop_padding)
 
-    def to(self, device: torch.device) -> "TensorImages":
-        """This view with its tensors on ``device`` (itself if they are there already)."""
+    def to(self, device: torch.device, moved: dict | None = None) -> "TensorImages":
+        """This view with its tensors on ``device`` (itself if they are there already).
+        ``moved`` remembers the copies made, so views of the same tensors (training and
+        validation, several loaders) share one copy on the device."""
         if self.images.device == torch.device(device):
             return self
-        return TensorImages(self.images.to(device), self.targets.to(device), self.info, self.scale, self.crop_padding)
+        moved = {} if moved is None else moved
+        if id(self.images) not in moved:
+            moved[id(self.images)] = (self.images, self.images.to(device), self.targets.to(device))
+        _, images, targets = moved[id(self.images)]
+        return TensorImages(images, targets, self.info, self.scale, self.crop_padding)
 
     def batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Images ``indices`` as normalised float32 (augmented if this is a training view) and
@@ -105,9 +111,10 @@ class BatchSource:
     def __len__(self) -> int:
         return len(self.indices)
 
-    def to(self, device: torch.device) -> "BatchSource":
+    def to(self, device: torch.device, moved: dict | None = None) -> "BatchSource":
+        """This source on ``device`` (:meth:`TensorImages.to`, sharing ``moved`` copies)."""
         relabel = None if self.relabel is None else self.relabel.to(device)
-        return BatchSource(self.images.to(device), self.indices.to(device), relabel, self.img_size)
+        return BatchSource(self.images.to(device, moved), self.indices.to(device), relabel, self.img_size)
 
     def batch(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Items ``positions`` of the split, as :meth:`TensorImages.batch` gives them."""

@@ -53,12 +53,13 @@ class TensorBatches:
     ``generator``, without a Python call per image."""
 
     def __init__(self, dataset: Dataset, batch_sampler: Sampler[list[int]], device: torch.device,
-                 generator: torch.Generator | None = None, source: BatchSource | None = None):
+                 generator: torch.Generator | None = None, source: BatchSource | None = None,
+                 moved: dict | None = None):
         source = source if source is not None else batch_source(dataset)
         if source is None:
             raise ValueError(f"{type(dataset).__name__} is not held in memory: load it with a DataLoader")
         self.dataset, self.batch_sampler, self.generator = dataset, batch_sampler, generator
-        self.source = source.to(device)
+        self.source = source.to(device, moved)
         self.device = torch.device(device)
 
     def __iter__(self):
@@ -106,9 +107,10 @@ def make_loaders(
     views = (splits.train, share(splits.val), share(splits.test))
     sources = [batch_source(split) for split in views]
     if all(source is not None for source in sources):
-        train = TensorBatches(views[0], batches, device, generator, sources[0])
+        moved: dict = {}                        # the training and validation views share one copy
+        train = TensorBatches(views[0], batches, device, generator, sources[0], moved)
         return (train, *(TensorBatches(split, BatchSampler(SequentialSampler(split), batch_size, False), device,
-                                       source=source) for split, source in zip(views[1:], sources[1:])))
+                                       source=source, moved=moved) for split, source in zip(views[1:], sources[1:])))
     common = dict(num_workers=num_workers, persistent_workers=num_workers > 0)
     train = DataLoader(splits.train, batch_sampler=batches, generator=generator, **common)
     return (train, *(DataLoader(split, batch_size=batch_size, shuffle=False, **common) for split in views[1:]))
