@@ -501,3 +501,26 @@ def test_views_of_the_same_images_share_one_copy_on_the_device():
     train, val = (batch_source(split).to("meta", moved) for split in (s.train, s.val))
     assert train.images.images.device.type == "meta" and train.images.images is val.images.images
     assert len(moved) == 1 and isinstance(train.images, TensorImages)
+
+
+def test_files_load_in_worker_processes_and_a_resumed_epoch_draws_the_same_augmentations(tiny_root):
+    """Tiny-ImageNet's DataLoader: every image augmented under its own seed, so two worker
+    processes give what one process gives, and skipping batches (resume) leaves the rest as
+    they were."""
+    root, _ = tiny_root
+    s = load_dataset("tiny-imagenet", root, val_fraction=0.25, seed=0)
+
+    def epoch(num_workers: int, skip: int = 0) -> list[torch.Tensor]:
+        train = make_loaders(s, batch_size=3, seed=4, num_workers=num_workers)[0]
+        train.batch_sampler.skip = skip
+        return [x for x, _ in train]
+
+    whole = epoch(0)
+    assert len(whole) == 3 and not torch.equal(whole[0][0], whole[0][1])
+    for a, b in zip(whole, epoch(2)):
+        assert torch.equal(a, b)
+    for a, b in zip(whole[2:], epoch(2, skip=2)):
+        assert torch.equal(a, b)
+    again = make_loaders(s, batch_size=3, seed=4, num_workers=0)[0]
+    first = [x for x, _ in again]
+    assert any(not torch.equal(a, b) for a, b in zip(first, [x for x, _ in again]))   # a new epoch, new draws
