@@ -192,7 +192,8 @@ def cmd_sweep(args) -> int:
         kind=args.executor, logs=Path(args.logs) if args.logs else cache_dir.parent / "sweep-logs",
         jobs=args.jobs, partition=args.partition,
         gpus_per_job=args.gpus_per_job if args.gpus_per_job is not None else int(args.executor == "slurm"),
-        cpus_per_job=args.cpus_per_job, time_min=args.time, array_parallelism=args.array_parallelism)
+        cpus_per_job=args.cpus_per_job, time_min=args.time, array_parallelism=args.array_parallelism,
+        threads_per_job=args.threads_per_job)
     report = run_sweep(stages, settings, cache_dir, checkpoint_every=args.checkpoint_every, dry_run=args.dry_run,
                        log=lambda line: print(line, flush=True))
     print(report.summary(), flush=True)
@@ -434,6 +435,9 @@ def _sweep_parser(sub) -> None:
     jobs.add_argument("--partition", help="slurm: the partition (default: the cluster's)")
     jobs.add_argument("--gpus-per-job", type=_non_negative_int, help="GPUs per run (default: 1 on Slurm, 0 locally)")
     jobs.add_argument("--cpus-per-job", type=_positive_int, help="slurm: CPUs per run")
+    jobs.add_argument("--threads-per-job", type=_positive_int,
+                      help="torch threads of each run (default: locally this machine's cores divided among "
+                           "--jobs, on Slurm --cpus-per-job)")
     jobs.add_argument("--time", type=_positive_int, metavar="MINUTES",
                       help="each job's time limit; a job that reaches it is requeued and resumes "
                            "(default: a day on Slurm, a week locally)")

@@ -13,7 +13,9 @@ Scheduling is the library's: ``--executor slurm`` submits one job array
 (``submitit.SlurmExecutor``; Slurm runs ``--array-parallelism`` of them at once), and
 ``--executor local`` starts submitit's ``LocalExecutor`` jobs, each in its own process, from
 a thread pool of ``--jobs`` threads (``concurrent.futures``), which is what bounds how many
-train at once: the local executor itself starts every job it is given immediately.
+train at once: the local executor itself starts every job it is given immediately. Each
+local job sets torch's threads to its share of the cores (``--jobs 2`` on two cores: one
+each), so side-by-side runs do not oversubscribe the machine.
 
 A run whose results the cache holds is skipped (not even submitted); a run another process
 is training now (its lock is taken) is reported as busy and not submitted; a failed run is
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import submitit
+import torch
 
 from ..errors import BarterError, check_integer, choose
 from .cache import TRAIN_ENV, cached_train, check_cache_dir, entry_state, run_dir, run_is_locked
@@ -99,13 +102,25 @@ class ExecutorSettings:
     cpus_per_job: int | None = None
     time_min: int | None = None
     array_parallelism: int | None = None
+    #: torch threads of each run (None: locally the machine's cores shared out among the
+    #: ``jobs`` runs, on Slurm ``cpus_per_job``, else torch's default)
+    threads_per_job: int | None = None
+
+    def threads(self) -> int | None:
+        """Each job's torch threads: runs training side by side must not each start one
+        thread per core, or they fight over the cores (``--jobs 2`` on two cores: one each)."""
+        if self.threads_per_job is not None:
+            return self.threads_per_job
+        if self.kind == "local":
+            return max(1, len(os.sched_getaffinity(0)) // self.jobs)
+        return self.cpus_per_job
 
     def validate(self) -> "ExecutorSettings":
         choose("executor", self.kind, EXECUTORS)
         check_integer("jobs", self.jobs)
         check_integer("gpus per job", self.gpus_per_job, minimum=0)
         for name, value in (("cpus per job", self.cpus_per_job), ("time (minutes)", self.time_min),
-                            ("array parallelism", self.array_parallelism)):
+                            ("array parallelism", self.array_parallelism), ("threads per job", self.threads_per_job)):
             if value is not None:
                 check_integer(name, value)
         if self.kind == "local" and (self.partition or self.array_parallelism):
@@ -144,14 +159,18 @@ class TrainingJob(submitit.helpers.Checkpointable):
     (inherited from ``submitit.helpers.Checkpointable``), which resubmits this same job; the
     new attempt resumes from ``last.pt``."""
 
-    def __init__(self, run: RunConfig, cache_dir: Path, folder_name: str, checkpoint_every: int | None = None):
+    def __init__(self, run: RunConfig, cache_dir: Path, folder_name: str, checkpoint_every: int | None = None,
+                 threads: int | None = None):
         self.run = run
         self.cache_dir = Path(cache_dir)
         #: the cache folder the sweep expects: the job refuses to train under another key
         self.folder_name = folder_name
         self.checkpoint_every = checkpoint_every
+        self.threads = threads
 
     def __call__(self) -> dict:
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
         target = run_dir(self.run.validate(), self.cache_dir)
         if target.name != self.folder_name:
             raise BarterError(f"the training source changed since the sweep listed run {self.folder_name} "
@@ -260,13 +279,13 @@ def _outcome(job: submitit.Job, name: str) -> RunOutcome:
     return RunOutcome(name, "failed" if error else "trained", log=Path(job.paths.stderr), error=error)
 
 
-def _run_local(executor, submit, cache_dir: Path, jobs: int, checkpoint_every, log) -> list[RunOutcome]:
+def _run_local(executor, submit, cache_dir: Path, jobs: int, checkpoint_every, threads, log) -> list[RunOutcome]:
     submitting = threading.Lock()        # submitit's executors are not documented as thread-safe
 
     def train_one(item) -> RunOutcome:
         run, name = item
         with submitting:
-            job = executor.submit(TrainingJob(run, cache_dir, name, checkpoint_every))
+            job = executor.submit(TrainingJob(run, cache_dir, name, checkpoint_every, threads))
         log(f"started {name} (job {job.job_id}, log {job.paths.stderr})")
         job.wait()
         outcome = _outcome(job, name)
@@ -277,9 +296,9 @@ def _run_local(executor, submit, cache_dir: Path, jobs: int, checkpoint_every, l
         return list(pool.map(train_one, submit))
 
 
-def _run_slurm(executor, submit, cache_dir: Path, checkpoint_every, log) -> list[RunOutcome]:
+def _run_slurm(executor, submit, cache_dir: Path, checkpoint_every, threads, log) -> list[RunOutcome]:
     with executor.batch():               # one job array: Slurm applies --array-parallelism
-        jobs = [executor.submit(TrainingJob(run, cache_dir, name, checkpoint_every)) for run, name in submit]
+        jobs = [executor.submit(TrainingJob(run, cache_dir, name, checkpoint_every, threads)) for run, name in submit]
     names = {job.job_id: name for job, (_, name) in zip(jobs, submit)}
     log(f"submitted {len(jobs)} runs as Slurm job array {jobs[0].job_id.split('_')[0]}; waiting for them "
         "(stopping this command does not cancel them; rerun it to see or resume them)")
@@ -326,9 +345,10 @@ def run_sweep(stages: Sequence[Stage], settings: ExecutorSettings, cache_dir: Pa
             continue
         if submit:
             if settings.kind == "local":
-                report.outcomes += _run_local(executor, submit, cache_dir, settings.jobs, checkpoint_every, log)
+                report.outcomes += _run_local(executor, submit, cache_dir, settings.jobs, checkpoint_every,
+                                              settings.threads(), log)
             else:
-                report.outcomes += _run_slurm(executor, submit, cache_dir, checkpoint_every, log)
+                report.outcomes += _run_slurm(executor, submit, cache_dir, checkpoint_every, settings.threads(), log)
         names = {name for _, name in submit} | {o.name for o in settled}
         if any(o.state in ("failed", "busy") for o in report.outcomes if o.name in names) and index + 1 < len(stages):
             report.stages_not_started = [s.name for s in stages[index + 1:]]

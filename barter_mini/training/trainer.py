@@ -437,7 +437,7 @@ def finalize(t: Training, out: Path) -> dict:
         "update_time_s": t.update_seconds, "update_ms_per_step": 1000 * t.update_seconds / max(1, t.step),
         "allocation": best["allocation"], "history": t.history, "curve": t.curve,
         "update_losses": update_losses(t.step_losses, t.controller.changing_steps()),
-        **t.controller.metrics(), "processes": distributed.world_size(),
+        **t.controller.metrics(), "processes": distributed.world_size(), "threads": torch.get_num_threads(),
         "graphs_compiled": graphs_compiled() - t.graphs_at_start if run.compile else 0,
         "run": asdict(run), "recipe_settings": asdict(t.recipe),
     }
