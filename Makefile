@@ -6,6 +6,7 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-stamp
 PROFILE ?= quick
+BOOK_JOBS ?= 2
 LAB_ARGS ?=
 FASHION_DEBIAN := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -49,7 +50,10 @@ data: install
 test: system-test data
 	$(PY) -m pytest -q
 
+# The runs every notebook reads are trained first, BOOK_JOBS at a time with the cores shared
+# out among them (cached: a second `make book` trains nothing), then the notebooks execute.
 book: system-book data
+	$(VENV)/bin/barter-mini sweep --book $(PROFILE) --jobs $(BOOK_JOBS)
 	$(VENV)/bin/barter-mini book --profile $(PROFILE)
 
 # The notebooks in JupyterLab, on the venv's python3 kernel (the kernel every notebook names).

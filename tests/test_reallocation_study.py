@@ -61,10 +61,14 @@ def test_unknown_variants_and_missing_reference_are_one_line_errors():
 
 
 def test_defaults_per_profile():
-    assert study.study_defaults("smoke") == ([0], list(study.SMOKE_DESIGN_VARIANTS))
+    assert study.study_defaults("smoke") == ([0], list(study.QUICK_DESIGN_VARIANTS))
     seeds, labels = study.study_defaults("quick")
-    assert seeds == [0, 1, 2, 3, 4] and labels == list(study.BOOK_DESIGN_VARIANTS)
-    assert set(study.BOOK_DESIGN_VARIANTS) <= set(study.DESIGN_VARIANTS)
+    assert seeds == [0, 1, 2, 3, 4] and labels == list(study.QUICK_DESIGN_VARIANTS)
+    assert study.study_defaults("long")[1] == list(study.BOOK_DESIGN_VARIANTS)
+    assert set(study.QUICK_DESIGN_VARIANTS) < set(study.BOOK_DESIGN_VARIANTS) <= set(study.DESIGN_VARIANTS)
+    assert study.probed_labels(PROFILES["quick"], labels) == ["static", "fresh clone moments", "split clone moments"]
+    assert study.probed_labels(PROFILES["long"], study.BOOK_DESIGN_VARIANTS) == [
+        "static", "fresh clone moments", "split clone moments", "zero-momentum clones"]
     assert study.study_defaults("quick", [7], ["barter"]) == ([7], ["barter"])
     assert set(study.DEFAULT_SEEDS) == set(PROFILES)
 

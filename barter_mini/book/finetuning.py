@@ -4,9 +4,8 @@ The paper pretrains ViT on Tiny-ImageNet and fine-tunes every method on CIFAR-10
 epochs; BARTER's compact steps cost a fraction of the masked methods' full-size ones, so it
 also trains *compute-matched*: as many cumulative training PFLOPs as RigL spends (906 epochs
 at rho 0.1). On a CPU the transfer task runs offline on one dataset: a dense model is
-pretrained on half of Fashion-MNIST's classes (T-shirt, trouser, pullover, dress, coat) and
-every method fine-tunes from it on the other half (sandal, shirt, sneaker, bag, ankle boot),
-a new task with a new classifier, as CIFAR-100 is for a Tiny-ImageNet model. Splitting one
+pretrained on half of CIFAR-10's classes (airplane, automobile, bird, cat, deer) and every
+method fine-tunes from it on the other half (dog, frog, horse, ship, truck), a new task with a new classifier, as CIFAR-100 is for a Tiny-ImageNet model. Splitting one
 dataset by class keeps the image statistics and size (so the whole backbone transfers) while
 the labels are disjoint, which is what makes it transfer rather than continued training.
 The ``paper`` profile runs the paper's own transfer (:data:`PAPER_TRANSFER`): ``vit-paper``
@@ -65,7 +64,7 @@ FULL, MATCHED = "recipe epochs", "compute-matched"
 def transfer_task(setup: Profile) -> TransferTask:
     """The profile's transfer task: on the ``paper`` profile with CIFAR-100 the paper's own
     (:data:`PAPER_TRANSFER`); otherwise pretrain on the first half of the dataset's classes and
-    fine-tune on the second (Fashion-MNIST 0-4 -> 5-9)."""
+    fine-tune on the second (CIFAR-10 0-4 -> 5-9)."""
     if setup.name == "paper" and setup.dataset == PAPER_TRANSFER.finetune_dataset:
         return PAPER_TRANSFER
     classes = DATASETS[setup.dataset].num_classes

@@ -97,13 +97,16 @@ BOOK_POOR_START_VARIANTS = ("static, piled start", "barter, piled start")
 #: seeds per notebook profile when the notebook is not given any: five where gaps are a few
 #: tenths of a point (the seed-to-seed noise of the quick profile is ~0.8), one for smoke tests
 DEFAULT_SEEDS = {"smoke": (0,), "quick": (0, 1, 2, 3, 4), "long": (0, 1, 2, 3, 4), "paper": (0, 1, 2)}
-#: what the book trains by default: the clone's optimizer state (the choice that decides
+#: the long profile's design variants: the clone's optimizer state (the choice that decides
 #: whether a clone becomes a unit), the receiver rule, the pruning score and the transfer
 #: count; the other variants run when named (the ``variants`` parameter)
 BOOK_DESIGN_VARIANTS = ("static", "barter", "split clone moments", "fresh clone moments", "zero-momentum clones",
                         "receiver by mean pressure", "pruning by Taylor^2", "paper's transfer count (x1)")
-#: the smoke book trains one variant of each kind
-SMOKE_DESIGN_VARIANTS = ("static", "barter", "split clone moments")
+#: the quick and smoke profiles' design variants: the one choice section 2 explains (the
+#: clone's moments split, against the default); the quick book stays within an hour
+QUICK_DESIGN_VARIANTS = ("static", "barter", "split clone moments")
+DESIGN_VARIANTS_BY_PROFILE = {"smoke": QUICK_DESIGN_VARIANTS, "quick": QUICK_DESIGN_VARIANTS,
+                              "long": BOOK_DESIGN_VARIANTS, "paper": BOOK_DESIGN_VARIANTS}
 
 
 def study_defaults(profile: str, seeds=(), labels=()) -> tuple[list[int], list[str]]:
@@ -111,8 +114,16 @@ def study_defaults(profile: str, seeds=(), labels=()) -> tuple[list[int], list[s
     choose("profile", profile, DEFAULT_SEEDS)
     seeds = check_list("seeds", seeds, "seeds", allow_empty=True) or list(DEFAULT_SEEDS[profile])
     labels = (check_list("variants", labels, "variant names", allow_empty=True)
-              or list(SMOKE_DESIGN_VARIANTS if profile == "smoke" else BOOK_DESIGN_VARIANTS))
+              or list(DESIGN_VARIANTS_BY_PROFILE[profile]))
     return seeds, check_labels(labels)
+
+
+def probed_labels(setup: Profile, labels) -> list[str]:
+    """The variants section 2 probes: Static, BARTER at its defaults (under the name of its
+    clone-moment setting) and every other clone-moment variant among ``labels``."""
+    default = CLONE_MOMENT_VARIANTS[barter_defaults(setup).clone_moments]
+    others = [label for label in CLONE_MOMENT_VARIANTS.values() if label in labels and label != default]
+    return ["static", default, *others]
 
 
 def final_allocation(metrics: dict) -> dict[str, list[int]]:
@@ -336,8 +347,8 @@ def plain_summary(headline: pd.DataFrame, found: pd.DataFrame, poor: pd.DataFram
                      "moves cost (section 2) is a net loss or, at best, no gain.")
     else:
         lines.append(f"Static trained from the allocation BARTER ends with is above the even Static "
-                     f"({found_gap:+.2f}): the updates find a better allocation, and what BARTER loses is the "
-                     "cost of getting there (section 2).")
+                     f"({found_gap:+.2f}): the updates find a better allocation, and BARTER's own gap is what "
+                     "it keeps of it after paying for the moves on the way there (section 2).")
     lines.append(f"How much the allocation matters at all: the even start is worth {cost:+.2f} points to "
                  f"Static over the piled one, and from the piled start BARTER is {_side(repair, repair_error)} "
                  f"Static ({repair:+.2f}).")
