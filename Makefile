@@ -51,9 +51,13 @@ test: system-test data
 	$(PY) -m pytest -q
 
 # The runs every notebook reads are trained first, BOOK_JOBS at a time with the cores shared
-# out among them (cached: a second `make book` trains nothing), then the notebooks execute.
+# out among them (on two cores two one-thread runs side by side beat one two-thread run;
+# cached: a second `make book` trains nothing), then the notebooks execute. Smoke runs
+# take seconds, less than starting a job's process: the smoke book's notebooks train them.
 book: system-book data
+ifneq ($(PROFILE),smoke)
 	$(VENV)/bin/barter-mini sweep --book $(PROFILE) --jobs $(BOOK_JOBS)
+endif
 	$(VENV)/bin/barter-mini book --profile $(PROFILE)
 
 # The notebooks in JupyterLab, on the venv's python3 kernel (the kernel every notebook names).
