@@ -43,7 +43,9 @@ from ..errors import BarterError
 from ..version import __version__
 from .checkpoints import check_can_create, ensure_folder, read_json, remove_temporary_files, write_json
 from .locking import exclusive_lock, is_locked
-from .run_config import RunConfig
+from ..core.models import model_family
+from .optimization import resolve_recipe
+from .run_config import RunConfig, recipe_settings
 from .trainer import train
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -150,10 +152,14 @@ def _portable_init(init: str | None) -> str | None:
 
 
 def run_key(run: RunConfig) -> str:
-    """Hash of everything that determines the run's results (not where data lives)."""
+    """Hash of everything that determines the run's results (not where data lives). The recipe
+    enters resolved (:func:`~barter_mini.training.optimization.resolve_recipe`), not as the
+    overrides that produced it: a run that restates a recipe value (``clone_moments="fresh"``,
+    ``--epochs 3`` on the quick recipe) is the same run, trained once, whichever notebook asks."""
     config = asdict(run)
-    for irrelevant in ("progress", "data_root", "download"):
+    for irrelevant in ("progress", "data_root", "download", "overrides", *recipe_settings()):
         config.pop(irrelevant)
+    config["resolved_recipe"] = asdict(resolve_recipe(run, model_family(run.model)))
     config["init"] = _portable_init(config["init"])
     payload = json.dumps({"run": config, "version": __version__, "source": source_digest()},
                          sort_keys=True)

@@ -23,6 +23,12 @@ def get_model_config(name: str) -> ModelConfig:
     return MODEL_CONFIGS[name]
 
 
+def model_family(name: str) -> str:
+    """The family of model ``name`` (which of the paper's recipes it takes), without building
+    a timm model: every stock timm model this package accepts is a ViT."""
+    return "vit" if isinstance(name, str) and name.startswith(TIMM_PREFIX) else get_model_config(name).family
+
+
 def build_model(config: ModelConfig, density: float = 1.0, allocation: Allocation | None = None,
                 drop_path: float = 0.0) -> nn.Module:
     """A compact model of ``config`` at ``density`` with its initial (even) allocation,
