@@ -78,3 +78,19 @@ def test_method_lists_and_bad_names():
         check_methods(["barter", "lottery"])
     with pytest.raises(BarterError, match="no paper table 'table99'"):
         read_paper_table("table99")
+
+
+def test_quick_chapters_share_runs_through_the_cache():
+    """The quick book trains each configuration once: the walkthrough's run is chapter 02's
+    BARTER run, and chapter 05's Static and BARTER on seed 0 are chapter 02's too."""
+    from barter_mini.book.experiments import grid_runs
+    from barter_mini.book.profiles import PROFILES
+    from barter_mini.book.reallocation_study import VARIANTS, variant_run
+    from barter_mini.book.walkthrough import walkthrough_run
+    from barter_mini.training.cache import run_dir
+
+    setup = PROFILES["quick"]
+    barter, static = (run_dir(run.validate()) for run in grid_runs(setup, ["barter", "static"], [0.3], [0]))
+    assert run_dir(walkthrough_run(setup, 0.3, 0).validate()) == barter
+    assert run_dir(variant_run(setup, VARIANTS["barter"], 0.3, 0).validate()) == barter
+    assert run_dir(variant_run(setup, VARIANTS["static"], 0.3, 0).validate()) == static
