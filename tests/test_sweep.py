@@ -173,6 +173,7 @@ def test_local_jobs_share_the_cores_and_slurm_jobs_use_their_cpus():
     cores = len(os.sched_getaffinity(0))
     assert ExecutorSettings(jobs=1).threads() == cores
     assert ExecutorSettings(jobs=cores + 1).threads() == 1
+    assert ExecutorSettings(jobs=2).threads(runs=1) == cores                # a lone run gets every core
     assert ExecutorSettings(jobs=2, threads_per_job=3).threads() == 3
     assert ExecutorSettings(kind="slurm", cpus_per_job=8).threads() == 8
     assert ExecutorSettings(kind="slurm").threads() is None
@@ -272,7 +273,7 @@ def test_sweep_survives_a_killed_run_and_a_failed_one(tmp_path, monkeypatch, cap
     assert f"trained {killed_dir.name}" in out and f"busy {busy_dir.name}" in out
     assert (completed_dir / "metrics.json").stat().st_mtime_ns == completed_at        # not retrained
     metrics = json.loads((killed_dir / "metrics.json").read_text())
-    assert metrics["threads"] == max(1, len(os.sched_getaffinity(0)) // 2)        # --jobs 2 share the cores
+    assert metrics["threads"] == len(os.sched_getaffinity(0))     # the one run to train gets every core
     assert metrics["steps"] == 100 and len(metrics["history"]) == 10
     assert visible(cache_dir) == sorted([killed_dir.name, completed_dir.name])        # each result once
     assert not [p for p in cache_dir.iterdir() if p.name.startswith(f".{killed_dir.name}")]

@@ -106,13 +106,14 @@ class ExecutorSettings:
     #: ``jobs`` runs, on Slurm ``cpus_per_job``, else torch's default)
     threads_per_job: int | None = None
 
-    def threads(self) -> int | None:
-        """Each job's torch threads: runs training side by side must not each start one
-        thread per core, or they fight over the cores (``--jobs 2`` on two cores: one each)."""
+    def threads(self, runs: int | None = None) -> int | None:
+        """Each job's torch threads when ``runs`` runs are to train (None: many): runs training
+        side by side must not each start one thread per core, or they fight over the cores
+        (``--jobs 2`` on two cores: one each), and a stage of one run gets every core."""
         if self.threads_per_job is not None:
             return self.threads_per_job
         if self.kind == "local":
-            return max(1, len(os.sched_getaffinity(0)) // self.jobs)
+            return max(1, len(os.sched_getaffinity(0)) // min(self.jobs, runs or self.jobs))
         return self.cpus_per_job
 
     def validate(self) -> "ExecutorSettings":
@@ -346,7 +347,7 @@ def run_sweep(stages: Sequence[Stage], settings: ExecutorSettings, cache_dir: Pa
         if submit:
             if settings.kind == "local":
                 report.outcomes += _run_local(executor, submit, cache_dir, settings.jobs, checkpoint_every,
-                                              settings.threads(), log)
+                                              settings.threads(len(submit)), log)
             else:
                 report.outcomes += _run_slurm(executor, submit, cache_dir, checkpoint_every, settings.threads(), log)
         names = {name for _, name in submit} | {o.name for o in settled}
