@@ -73,7 +73,7 @@ def barter_defaults(setup: Profile):
     return get_recipe(setup.recipe, get_model_config(setup.model).family).barter
 
 
-#: the deliberately poor start (capacity piled into the first layers) and the transfer
+#: the piled start (capacity piled into the first layers: poor on Fashion-MNIST) and the transfer
 #: multiplier that lets BARTER move enough units to undo it
 POOR_START = "first"
 POOR_START_MULTIPLIER = 12.0
