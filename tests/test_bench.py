@@ -157,3 +157,18 @@ def test_bench_measures_executions_side_by_side(capsys):
     assert [f["execution"] for f in fixed_work(rows)] == ["eager", "recompute"]
     report = format_report(rows)
     assert "rho=0.3 (recompute): BARTER is" in report and "of eager's" in report and "fixed width-D work" in report
+
+
+def test_the_profiler_writes_no_log_lines_to_stderr():
+    """Kineto logs each profiler start and stop (and, without a GPU, an error) to stderr,
+    which the book's pages would show; importing the breakdown module silences it."""
+    import subprocess
+    import sys
+
+    code = ("import os; os.environ.pop('KINETO_LOG_LEVEL', None)\n"
+            "import torch, barter_mini.measure.breakdown\n"
+            "from torch.profiler import profile, ProfilerActivity\n"
+            "with profile(activities=[ProfilerActivity.CPU]):\n"
+            "    torch.ones(4, 4) @ torch.ones(4, 4)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "profiler_start" not in result.stderr and "gpuGetDeviceCount" not in result.stderr, result.stderr

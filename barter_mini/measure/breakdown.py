@@ -20,10 +20,18 @@ method's gradient and weight masking).
 
 from __future__ import annotations
 
+import os
+
 from torch.profiler import ProfilerActivity, profile
 
 from ..core.unit_statistics import PROFILE_LABEL as STATISTICS_LABEL
 from ..training.step import METHOD_LABEL         # the label training_step puts on a method's work
+
+#: Kineto, the profiler's backend, logs every start and stop (``USDT: profiler_start``) and,
+#: without a GPU, ``gpuGetDeviceCount failed`` to stderr, where the book's pages show them;
+#: level 6 is above its highest (the level is read when a profiler first starts, so a caller
+#: who set it keeps theirs)
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 #: the categories of work that shrink with the density: matrix products and attention
 SCALING = ("matmul", "attention")
