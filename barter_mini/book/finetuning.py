@@ -5,9 +5,10 @@ epochs; BARTER's compact steps cost a fraction of the masked methods' full-size 
 also trains *compute-matched*: as many cumulative training PFLOPs as RigL spends (906 epochs
 at rho 0.1). On a CPU the transfer task runs offline on one dataset: a dense model is
 pretrained on half of CIFAR-10's classes (airplane, automobile, bird, cat, deer) and every
-method fine-tunes from it on the other half (dog, frog, horse, ship, truck), a new task with a new classifier, as CIFAR-100 is for a Tiny-ImageNet model. Splitting one
-dataset by class keeps the image statistics and size (so the whole backbone transfers) while
-the labels are disjoint, which is what makes it transfer rather than continued training.
+method fine-tunes from it on the other half (dog, frog, horse, ship, truck), a new task with
+a new classifier, as CIFAR-100 is for a Tiny-ImageNet model. Splitting one dataset by class
+keeps the image statistics and size (so the whole backbone transfers) while the labels are
+disjoint, which is what makes it transfer rather than continued training.
 The ``paper`` profile runs the paper's own transfer (:data:`PAPER_TRANSFER`): ``vit-paper``
 pretrained on Tiny-ImageNet, fine-tuned on CIFAR-100 resized to Tiny-ImageNet's 64 px.
 
@@ -169,15 +170,19 @@ def finetuning_beside_paper(summary: pd.DataFrame, paper: pd.DataFrame) -> pd.Da
     })
 
 
+def _by_seed(at: pd.DataFrame, method: str, schedule: str) -> pd.DataFrame:
+    """The runs of ``method`` under ``schedule`` among ``at`` (one density), indexed by seed."""
+    return at[(at["method"] == method) & (at["schedule"] == schedule)].set_index("seed")
+
+
 def compute_matched_gains(runs: pd.DataFrame) -> pd.DataFrame:
     """Table 11 in differences: per density, compute-matched BARTER minus BARTER after the
     recipe's epochs, and minus RigL, in points of test Top-1 paired by seed (mean, sample
     std), with the compute each spent."""
     rows = []
     for density, at in runs[runs["density"] < 1].groupby("density"):
-        def by_seed(method, schedule):
-            return at[(at["method"] == method) & (at["schedule"] == schedule)].set_index("seed")
-        matched, full, reference = by_seed("barter", MATCHED), by_seed("barter", FULL), by_seed(COMPUTE_REFERENCE, FULL)
+        matched, full, reference = (_by_seed(at, method, schedule) for method, schedule in
+                                    (("barter", MATCHED), ("barter", FULL), (COMPUTE_REFERENCE, FULL)))
         if matched.empty:
             continue
         seeds = matched.index.intersection(full.index).intersection(reference.index)
@@ -220,8 +225,7 @@ def plot_compute_matched(summary: pd.DataFrame, paper: pd.DataFrame | None = Non
 
 def _paired(at: pd.DataFrame, method: str, schedule: str, reference: pd.DataFrame) -> pd.Series:
     """``method``'s test Top-1 minus ``reference``'s, seed by seed (the seeds both have)."""
-    own = at[(at["method"] == method) & (at["schedule"] == schedule)].set_index("seed")["acc"]
-    other = reference.set_index("seed")["acc"]
+    own, other = _by_seed(at, method, schedule)["acc"], reference.set_index("seed")["acc"]
     seeds = own.index.intersection(other.index)
     return own.loc[seeds] - other.loc[seeds]
 

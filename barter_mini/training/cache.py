@@ -39,11 +39,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator
 
+from ..core.models import model_family
 from ..errors import BarterError
 from ..version import __version__
 from .checkpoints import check_can_create, ensure_folder, read_json, remove_temporary_files, write_json
 from .locking import exclusive_lock, is_locked
-from ..core.models import model_family
 from .optimization import resolve_recipe
 from .run_config import RunConfig, recipe_settings
 from .trainer import train
