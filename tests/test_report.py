@@ -26,7 +26,8 @@ from barter_mini.book.report import (BARTER_COLOR, COMPUTE_COLUMNS, METHOD_ORDER
                                      RATIO_COLUMNS, RUN_COLUMNS, STEP_TIME_COLUMNS, TRANSFER_COST_COLUMNS,
                                      UPDATE_COST_COLUMNS, UPDATE_COST_DECIMALS, by_density,
                                      plot_accuracy_against_density, plot_cost_against_density, readable)
-from barter_mini.book.walkthrough import donors_and_parents, moment_norms, receiver_and_k, walkthrough_run  # noqa: E402
+from barter_mini.book.walkthrough import (donors_and_parents, moment_norms, receiver_and_k, walkthrough_run,  # noqa: E402
+                                          what_this_showed)
 from barter_mini.core.barter import BarterSettings, clone, prune_donors, transfer_units  # noqa: E402
 from barter_mini.core.unit_statistics import UnitStatistics  # noqa: E402
 from barter_mini.errors import BarterError  # noqa: E402
@@ -290,3 +291,24 @@ def test_the_walkthroughs_steps_make_the_librarys_update():
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-8, msg=name)
     with pytest.raises(BarterError, match="unknown unit kind 'neurons'"):
         prune_donors(model, "neurons", donors, stats, optimizer)
+
+
+def _walkthrough_metrics(heads_planned: int) -> dict:
+    return {"allocation_history": [{"heads": [1, 1, 1, 1], "ffn": [10, 10, 10, 10], "step": 0},
+                                   {"heads": [1, 1, 1, 1], "ffn": [12, 9, 9, 10], "step": 40}],
+            "transfers_planned": {"heads": heads_planned, "ffn": 2}, "transfers_executed": {"heads": 0, "ffn": 2},
+            "val_acc": 0.4567, "test_acc": 0.4321}
+
+
+def test_the_walkthroughs_conclusion_is_composed_from_its_numbers():
+    update = {"receiver": 2, "donors": [[0, 5], [3, 1]], "parents": [7, 4], "ffn_before": [10, 10, 10, 10],
+              "ffn_after": [9, 10, 12, 9], "clone_output_change": 3.2e-7, "prune_output_change": 0.0123}
+    text = what_this_showed(update, _walkthrough_metrics(heads_planned=0))
+    assert "Layer 2 had the highest growth priority and received 2 FFN channels" in text
+    assert "(units 7, 4)" in text and "layers 0, 3" in text
+    assert "10 / 10 / 10 / 10 became 9 / 10 / 12 / 9" in text
+    assert "3.2e-07 after cloning" in text and "1.2e-02 after pruning" in text
+    assert "0 of 0 planned heads and 2 of 2 planned FFN channels" in text
+    assert "from 10 / 10 / 10 / 10 to 12 / 9 / 9 / 10" in text and "45.7 % validation and 43.2 % test" in text
+    assert "No head could move" in text
+    assert "No head could move" not in what_this_showed(update, _walkthrough_metrics(heads_planned=4))

@@ -114,3 +114,38 @@ def walkthrough_run(setup: Profile, density: float, seed: int) -> RunConfig:
 def run_summary(metrics: dict) -> dict:
     """The entries of a run's metrics that the walkthrough shows (:data:`RUN_SUMMARY_KEYS`)."""
     return {key: metrics[key] for key in RUN_SUMMARY_KEYS}
+
+
+def _per_layer(counts) -> str:
+    return " / ".join(str(c) for c in counts)
+
+
+def what_this_showed(update: dict, metrics: dict) -> str:
+    """The chapter's conclusion as Markdown, composed from its own numbers: the update of
+    section 2 (``update_step.json``: receiver, donors, parents, output changes) and the
+    training run of section 3 (its metrics: accuracy, transfers, first and last allocation)."""
+    donor_layers = sorted({layer for layer, _ in update["donors"]})
+    first, last = metrics["allocation_history"][0], metrics["allocation_history"][-1]
+    planned, executed = metrics["transfers_planned"], metrics["transfers_executed"]
+    moved = " and ".join(f"{executed[kind]} of {planned[kind]} planned {label}"
+                         for kind, label in (("heads", "heads"), ("ffn", "FFN channels")))
+    no_heads = (" No head could move: with one head per layer the schedule plans none"
+                " (K_H = 0), and no layer may give its last unit." if planned["heads"] == 0 else "")
+    lines = [
+        f"- **One update, four steps.** Layer {update['receiver']} had the highest growth priority and "
+        f"received {len(update['parents'])} FFN channels, cloned from its units with the highest growth "
+        f"scores (units {', '.join(map(str, update['parents']))}); the donors came from "
+        f"layer{'s' if len(donor_layers) > 1 else ''} {', '.join(map(str, donor_layers))}, where the "
+        f"pruning scores were lowest. Per layer: {_per_layer(update['ffn_before'])} became "
+        f"{_per_layer(update['ffn_after'])}, the same budget.",
+        f"- **A clone changes nothing; a prune changes a little.** The largest change of any logit was "
+        f"{update['clone_output_change']:.1e} after cloning (float rounding: the split keeps the function) "
+        f"and {update['prune_output_change']:.1e} after pruning the least useful channels.",
+        f"- **Training moves capacity under fixed budgets.** The run of section 3 executed {moved}. "
+        f"Heads per layer went from {_per_layer(first['heads'])} to {_per_layer(last['heads'])}, FFN "
+        f"channels from {_per_layer(first['ffn'])} to {_per_layer(last['ffn'])}.{no_heads} It reached "
+        f"{100 * metrics['val_acc']:.1f} % validation and {100 * metrics['test_acc']:.1f} % test Top-1; "
+        "whether the moves beat the frozen even allocation is the question of the "
+        "[reallocation chapter](05_reallocation.ipynb).",
+    ]
+    return "\n".join(lines)
