@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pandas as pd
+from matplotlib import pyplot as plt
 from tqdm import tqdm
 
 from ..errors import BarterError, check_in_range, check_list
@@ -22,6 +23,7 @@ from ..training.cache import cached_train
 from ..training.run_config import RunConfig
 from .experiments import mean_std, profile_run, read_paper_table
 from .profiles import Profile
+from .report import BARTER_COLOR
 
 def multiplier_run(setup: Profile, multiplier: float, density: float, seed: int) -> RunConfig:
     """The profile's BARTER run with the paper's transfer counts times ``multiplier``."""
@@ -73,3 +75,68 @@ def multipliers_beside_paper(runs: pd.DataFrame) -> pd.DataFrame:
             "paper ms/step": "" if theirs is None else f"{theirs['update_ms_per_step']:.3f}",
         })
     return pd.DataFrame(rows)
+
+
+def _by_multiplier(runs: pd.DataFrame) -> pd.DataFrame:
+    return runs.groupby("multiplier")[["acc", "update_ms_per_step", "head_transfers", "ffn_transfers"]].agg(
+        ["mean", "std"])
+
+
+def plot_multipliers(runs: pd.DataFrame):
+    """Tables 16 and 17 as a figure: Top-1 gained over the 1x run (left) and the update cost
+    per training step (right) against the transfer multiplier, ours beside the paper's
+    (ViT/Tiny-ImageNet, rho = 0.5). Gains, not accuracies, share an axis: the two tasks'
+    accuracies are far apart, what moving more units adds is comparable."""
+    paper = read_paper_table("table16_17_transfer_multiplier_vit").set_index("multiplier")
+    ours = _by_multiplier(runs)
+    base = ours["acc", "mean"].iloc[0]
+    fig, (gain_ax, cost_ax) = plt.subplots(1, 2, figsize=(10, 4.2), constrained_layout=True)
+    gain_ax.errorbar(ours.index, ours["acc", "mean"] - base, yerr=ours["acc", "std"].fillna(0), marker="o",
+                     color=BARTER_COLOR, capsize=3, label="here (mean ± std over seeds)")
+    gain_ax.plot(paper.index, paper["acc_mean"] - paper["acc_mean"].iloc[0], marker="s", linestyle="--",
+                 color="0.35", label="paper, ViT/Tiny-ImageNet (Table 16)")
+    gain_ax.axhline(0, color="0.8", linewidth=0.8)
+    gain_ax.set(xlabel="transfer multiplier", ylabel=f"Top-1 minus the {ours.index[0]:g}x run (points)",
+                title="What moving more units buys")
+    cost_ax.plot(ours.index, ours["update_ms_per_step", "mean"], marker="o", color=BARTER_COLOR, label="here")
+    cost_ax.plot(paper.index, paper["update_ms_per_step"], marker="s", linestyle="--", color="0.35",
+                 label="paper, on an NVIDIA L40 (Table 17)")
+    cost_ax.set(xlabel="transfer multiplier", ylabel="update time per training step (ms)",
+                title="What it costs", ylim=(0, None))
+    for ax in (gain_ax, cost_ax):
+        ax.set_xticks(sorted(set(ours.index) | set(paper.index)))
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize="small", frameon=False)  # off the data
+    return fig
+
+
+def what_this_showed(runs: pd.DataFrame) -> str:
+    """Chapter 08's conclusion as Markdown from its own runs: what the largest multiplier gained
+    over the smallest (test Top-1, mean over seeds, beside the paper's Table 16 gain over the
+    same multipliers where it has them), how many units it moved, and how its update cost grew
+    (beside Table 17's)."""
+    ours = _by_multiplier(runs)
+    if len(ours) < 2:
+        return "One multiplier was trained, so there is nothing to compare: pass several (`-y \"multipliers: [1, 4]\"`)."
+    paper = read_paper_table("table16_17_transfer_multiplier_vit").set_index("multiplier")
+    low, high = ours.index[0], ours.index[-1]
+    gain = ours.loc[high, ("acc", "mean")] - ours.loc[low, ("acc", "mean")]
+    seeds = int(runs.groupby("multiplier").size().min())
+    noise = ours["acc", "std"].max()
+    line = (f"- **Accuracy.** {high:g}x moved {ours.loc[high, ('head_transfers', 'mean')]:.0f} heads and "
+            f"{ours.loc[high, ('ffn_transfers', 'mean')]:.0f} FFN channels against "
+            f"{ours.loc[low, ('head_transfers', 'mean')]:.0f} and {ours.loc[low, ('ffn_transfers', 'mean')]:.0f} "
+            f"at {low:g}x, and changed test Top-1 by {gain:+.2f} points")
+    if low in paper.index and high in paper.index:
+        line += f" (the paper, ViT/Tiny-ImageNet: {paper.loc[high, 'acc_mean'] - paper.loc[low, 'acc_mean']:+.2f})"
+    line += "."
+    if seeds < 2:
+        line += " One seed per multiplier: another seed moves a run by a few tenths of a point, so this decides nothing."
+    elif abs(gain) < noise:
+        line += f" That is inside the largest std over {seeds} seeds ({noise:.2f}): level."
+    low_cost, high_cost = ours.loc[low, ("update_ms_per_step", "mean")], ours.loc[high, ("update_ms_per_step", "mean")]
+    cost = (f"- **Cost.** The topology updates took {low_cost:.3f} ms per training step at {low:g}x and "
+            f"{high_cost:.3f} ms at {high:g}x" + (f" ({high_cost / low_cost:.1f}x)" if low_cost > 0 else ""))
+    if low in paper.index and high in paper.index:
+        cost += (f"; the paper's grew {paper.loc[high, 'update_ms_per_step'] / paper.loc[low, 'update_ms_per_step']:.1f}x "
+                 "(Table 17), in proportion to the units moved")
+    return line + "\n" + cost + "."

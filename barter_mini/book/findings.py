@@ -1,0 +1,91 @@
+"""What chapters 02 (training from scratch) and 03 (ablations) showed, composed as Markdown
+from the tables the chapters compute, so that a page's conclusion always states its own
+numbers (:func:`from_scratch_findings`, :func:`ablation_findings`)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .experiments import ranking
+
+#: the masked methods of Table 1, the baselines BARTER is compared with
+MASKED_METHODS = ("set", "snfs", "rigl", "srigl", "s2vite")
+
+
+def _points(value: float) -> str:
+    return f"{value:+.2f} points"
+
+
+def _seed_caveat(seeds: int) -> str:
+    if seeds < 2:
+        return ("These are single runs (one seed): a gap of a few tenths of a point is within what "
+                "another seed would change (the reallocation chapter measures that noise).")
+    return (f"Means over {seeds} seeds; the seed noise of one run is a few tenths of a point on these "
+            "short runs, so read gaps smaller than that as level.")
+
+
+def from_scratch_findings(summary: pd.DataFrame, paper: pd.DataFrame) -> str:
+    """Chapter 02's conclusion: at each density, BARTER's rank among the sparse methods trained
+    (beside its rank among the same methods in Tables 1 and 13), its gap to Static (what moving
+    capacity bought) and to the best masked method (what the compact tensors cost in accuracy).
+
+    ``summary`` is :func:`~barter_mini.book.experiments.summarize`'s table (test Top-1 in %),
+    ``paper`` the paper's rows of the same layout."""
+    ours = ranking(summary)
+    shared = paper[paper["method"].isin(summary["method"]) & paper["density"].isin(summary["density"])]
+    theirs = ranking(shared) if not shared.empty else pd.DataFrame()
+    lines = []
+    for density in ours.columns:
+        at = summary[summary["density"] == density].set_index("method")["acc_mean"]
+        if "barter" not in at.index:
+            continue
+        parts = [f"rank {int(ours.loc['barter', density])} of {int(ours[density].notna().sum())} sparse methods"]
+        if density in theirs.columns and "barter" in theirs.index and pd.notna(theirs.loc["barter", density]):
+            parts[0] += f" (the paper: {int(theirs.loc['barter', density])} among the same methods)"
+        if "static" in at.index:
+            parts.append(f"{_points(at['barter'] - at['static'])} over Static")
+        masked = at[[m for m in MASKED_METHODS if m in at.index]]
+        if not masked.empty:
+            parts.append(f"{_points(at['barter'] - masked.max())} over the best masked method "
+                         f"({masked.idxmax()}, {masked.max():.2f} %)")
+        lines.append(f"- **rho = {density:g}**: BARTER {at['barter']:.2f} % test Top-1, " + "; ".join(parts) + ".")
+    if not lines:
+        return "BARTER was not among the methods trained, so there is nothing to compare it with."
+    seeds = int(summary["seeds"].min())
+    lines.append("")
+    lines.append(_seed_caveat(seeds) + " The masked methods train full-size tensors whatever their "
+                 "density; Static and BARTER train the compact model, whose cost chapter 04 measures.")
+    return "\n".join(lines)
+
+
+def ablation_findings(ours: pd.DataFrame, paper: pd.DataFrame, moved: pd.DataFrame, seeds: int) -> str:
+    """Chapter 03's conclusion: each variant's Top-1 minus BARTER's beside the sign the paper's
+    Table 12 gives it (Figure 6: every variant below BARTER at rho = 0.5), and how many units
+    BARTER and the variants moved.
+
+    ``ours`` and ``paper`` are :func:`~barter_mini.book.experiments.ablation_differences`
+    tables, ``moved`` is :func:`~barter_mini.book.experiments.units_moved`'s, ``seeds`` the number
+    of seeds behind each mean."""
+    paper = paper.set_index("method")
+    lines = []
+    below = 0
+    for _, row in ours.iterrows():
+        said = ""
+        if row["method"] in paper.index:
+            theirs = paper.loc[row["method"], "acc_diff"]
+            agrees = (row["acc_diff"] < 0) == (theirs < 0)
+            said = f" (the paper: {_points(theirs)}; {'the same sign' if agrees else 'the opposite sign'})"
+        below += row["acc_diff"] < 0
+        lines.append(f"- **{row['method']}**: {_points(row['acc_diff'])} of test Top-1 against BARTER{said}.")
+    lines.append("")
+    compared = paper.reindex(ours["method"]).dropna(subset=["acc_diff"])
+    theirs_below = int((compared["acc_diff"] < 0).sum())
+    lines.append(f"{below} of {len(ours)} variants ended below BARTER here; in the paper {theirs_below} "
+                 f"of the {len(compared)} it reports did.")
+    if not moved.empty:
+        means = moved.groupby("method", sort=False)[["heads moved", "FFN channels moved"]].mean()
+        lines.append("Units that ended in another layer than they started in (mean over seeds): "
+                     + "; ".join(f"{method} {row['heads moved']:.0f} heads and {row['FFN channels moved']:.0f} "
+                                 "FFN channels" for method, row in means.iterrows()) + ".")
+    lines.append(_seed_caveat(seeds))
+    return "\n".join(lines)

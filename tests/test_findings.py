@@ -1,0 +1,72 @@
+"""Chapters 02 and 03 end with conclusions composed from their own tables."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from barter_mini.book.findings import ablation_findings, from_scratch_findings
+
+
+def _summary(seeds: int) -> pd.DataFrame:
+    rows = [("dense", 1.0, 70.0), ("rigl", 0.3, 61.0), ("set", 0.3, 62.5), ("static", 0.3, 60.0),
+            ("barter", 0.3, 61.5), ("rigl", 0.1, 55.0), ("barter", 0.1, 54.0)]
+    return pd.DataFrame([{"method": m, "density": d, "acc_mean": a, "acc_std": 0.1, "f1_mean": a, "f1_std": 0.1,
+                          "seeds": seeds, "wall_time_s": 1.0} for m, d, a in rows])
+
+
+def test_from_scratch_findings_state_rank_and_gaps_per_density():
+    paper = pd.DataFrame([{"method": m, "density": 0.3, "acc_mean": a} for m, a in
+                          (("rigl", 71.74), ("barter", 71.38), ("static", 70.43), ("set", 70.0))])
+    text = from_scratch_findings(_summary(seeds=1), paper)
+    rho3 = next(line for line in text.splitlines() if "rho = 0.3" in line)
+    assert "BARTER 61.50 % test Top-1, rank 2 of 4 sparse methods (the paper: 2 among the same methods)" in rho3
+    assert "+1.50 points over Static" in rho3
+    assert "-1.00 points over the best masked method (set, 62.50 %)" in rho3
+    rho1 = next(line for line in text.splitlines() if "rho = 0.1" in line)
+    assert "rank 2 of 2" in rho1 and "the paper" not in rho1 and "Static" not in rho1
+    assert "single runs (one seed)" in text
+    assert "Means over 3 seeds" in from_scratch_findings(_summary(seeds=3), paper)
+
+
+def test_from_scratch_findings_without_barter_say_so():
+    summary = _summary(seeds=1)
+    assert "BARTER was not among" in from_scratch_findings(summary[summary["method"] != "barter"], summary)
+
+
+def test_ablation_findings_compare_signs_with_table_12():
+    ours = pd.DataFrame({"method": ["static", "random_receiver"], "acc_diff": [-0.8, 0.3]})
+    paper = pd.DataFrame({"method": ["static", "random_receiver"], "acc_diff": [-1.05, -0.36]})
+    moved = pd.DataFrame({"method": ["barter", "barter", "static"], "seed": [0, 1, 0],
+                          "heads moved": [2, 4, 0], "FFN channels moved": [10, 20, 0]})
+    text = ablation_findings(ours, paper, moved, seeds=2)
+    assert "**static**: -0.80 points of test Top-1 against BARTER (the paper: -1.05 points; the same sign)" in text
+    assert "**random_receiver**: +0.30 points" in text and "the opposite sign" in text
+    assert "1 of 2 variants ended below BARTER here; in the paper 2 of the 2 it reports did." in text
+    assert "barter 3 heads and 15 FFN channels; static 0 heads and 0 FFN channels" in text
+    assert "Means over 2 seeds" in text
+
+
+def _multiplier_runs(seeds=(0, 1)) -> pd.DataFrame:
+    rows = []
+    for multiplier, acc, cost, ffn in ((1.0, 60.0, 0.02, 10), (4.0, 61.0, 0.08, 40)):
+        for seed in seeds:
+            rows.append({"multiplier": multiplier, "seed": seed, "acc": acc + 0.1 * seed, "f1": acc,
+                         "update_ms_per_step": cost, "head_transfers": 1, "ffn_transfers": ffn})
+    return pd.DataFrame(rows)
+
+
+def test_transfer_counts_conclusion_and_figure():
+    import matplotlib
+    matplotlib.use("Agg")
+    from barter_mini.book.transfer_counts import plot_multipliers, what_this_showed
+    text = what_this_showed(_multiplier_runs())
+    assert "4x moved 1 heads and 40 FFN channels against 1 and 10 at 1x, and changed test Top-1 by +1.00 points" in text
+    assert "(the paper, ViT/Tiny-ImageNet: +0.53)" in text
+    assert "0.020 ms per training step at 1x and 0.080 ms at 4x (4.0x); the paper's grew 4.1x" in text
+    assert "decides nothing" in what_this_showed(_multiplier_runs(seeds=(0,)))
+    assert "nothing to compare" in what_this_showed(_multiplier_runs().query("multiplier == 1"))
+    figure = plot_multipliers(_multiplier_runs())
+    gain_ax, cost_ax = figure.axes
+    labels = sorted(t.get_text() for t in gain_ax.get_legend().get_texts())
+    assert labels == ["here (mean ± std over seeds)", "paper, ViT/Tiny-ImageNet (Table 16)"]
+    assert list(gain_ax.get_xticks()) == [1, 2, 4, 6]
