@@ -70,3 +70,19 @@ def test_transfer_counts_conclusion_and_figure():
     labels = sorted(t.get_text() for t in gain_ax.get_legend().get_texts())
     assert labels == ["here (mean ± std over seeds)", "paper, ViT/Tiny-ImageNet (Table 16)"]
     assert list(gain_ax.get_xticks()) == [1, 2, 4, 6]
+
+
+def test_efficiency_conclusion_states_speedup_ideal_and_memory():
+    from barter_mini.book.efficiency import what_this_showed
+    comparison = pd.DataFrame([
+        {"model": "cct-paper", "execution": "eager", "density": 0.1, "speedup": 3.0, "ideal_speedup": 9.0,
+         "efficiency": 1 / 3, "memory_fraction": 0.4, "update_percent_of_training": 0.02},
+        {"model": "cct-paper", "execution": "eager", "density": 0.5, "speedup": 1.8, "ideal_speedup": 2.0,
+         "efficiency": 0.9, "memory_fraction": 0.7, "update_percent_of_training": 0.05},
+        {"model": "cct-paper", "execution": "recompute", "density": 0.1, "speedup": 9.0, "ideal_speedup": 9.0,
+         "efficiency": 1.0, "memory_fraction": 0.1, "update_percent_of_training": 0.0}])
+    text = what_this_showed(comparison, "cpu")
+    assert ("**cct-paper** on cpu: at rho = 0.1 3.00x faster per step than RigL (FLOPs ideal 9.00x, so 33 % of it) "
+            "with 40 % of RigL's peak memory; at rho = 0.5 1.80x") in text
+    assert "at most 0.05 % of training time" in text and "9.00x faster" not in text
+    assert "nothing to compare" in what_this_showed(comparison[comparison["execution"] == "recompute"], "cpu")

@@ -97,3 +97,30 @@ def iphone_comparison(rows: list[dict], density: float = 0.3) -> pd.DataFrame:
                     "s/epoch (iPhone)": paper.loc[method, "s_per_epoch"],
                     "speedup over RigL (iPhone)": paper.loc["rigl", "s_per_epoch"] / paper.loc[method, "s_per_epoch"]})
     return pd.DataFrame(out)
+
+
+def what_this_showed(comparison: pd.DataFrame, device: str) -> str:
+    """Chapter 04's conclusion as Markdown from its own eager measurements: per model, BARTER's
+    speedup over RigL per step beside the FLOPs-ideal one, its peak memory as a share of RigL's
+    and its topology updates' share of training, at the lowest and the highest density measured.
+
+    ``comparison`` holds :func:`~barter_mini.measure.bench_report.ratios` rows with a ``model``
+    column."""
+    eager = comparison[comparison["execution"] == "eager"]
+    if eager.empty:
+        return "No eager BARTER and RigL pair was measured, so there is nothing to compare."
+    lines = []
+    for model, rows in eager.groupby("model", sort=False):
+        rows = rows.sort_values("density")
+        cases = [rows.iloc[0]] if len(rows) == 1 else [rows.iloc[0], rows.iloc[-1]]
+        said = "; ".join(
+            f"at rho = {r['density']:g} {r['speedup']:.2f}x faster per step than RigL (FLOPs ideal "
+            f"{r['ideal_speedup']:.2f}x, so {100 * r['efficiency']:.0f} % of it) with "
+            f"{100 * r['memory_fraction']:.0f} % of RigL's peak memory" for r in cases)
+        updates = rows["update_percent_of_training"].max()
+        lines.append(f"- **{model}** on {device}: {said}. Its topology updates took at most "
+                     f"{updates:.2f} % of training time.")
+    lines.append("")
+    lines.append("The FLOPs-ideal speedup is what the compact model could give if time followed FLOPs; "
+                 "the gap to it is the fixed, width-independent work that section 2's profile shows.")
+    return "\n".join(lines)
