@@ -31,7 +31,14 @@ From a trained dense model (one of this package's, or a stock timm ViT)::
     controller = bm.BarterController(vit, optimizer, total_steps)
 """
 
-from .version import __version__
+import warnings
+
+# timm imports huggingface_hub, whose progress bars import tqdm.auto: in a Jupyter kernel
+# without ipywidgets that warns "IProgress not found" into every notebook that imports this
+# package (barter_mini draws no widgets; its bars are plain tqdm). Only that message is silenced.
+warnings.filterwarnings("ignore", message="IProgress not found")
+
+from .version import __version__  # noqa: E402
 from .core.barter import BarterController, BarterSettings, TransferSchedule, topology_update
 from .core.budgets import Allocation, Budget, compute_budget, initial_allocation
 from .core.configs import MODEL_CONFIGS, ModelConfig

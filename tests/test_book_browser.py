@@ -231,6 +231,19 @@ BROKEN_IMAGES_JS = """async () => {
 }"""
 
 
+#: what a reader must never meet in a cell's output: a stream written to stderr, a traceback,
+#: a warning or a log line (myst-nb marks stderr and error outputs with these classes)
+OUTPUT_NOISE_JS = """() => {
+    const found = [];
+    for (const el of document.querySelectorAll(".output.stderr, .output.traceback, .output.error"))
+        found.push(el.className + ": " + el.textContent.trim().slice(0, 160));
+    const noise = /(Traceback \\(most recent call last\\)|\\w+Warning:|\\bUSDT\\b|^\\s*(ERROR|WARNING)\\b|\\[\\w+\\] (WARNING|ERROR))/m;
+    for (const el of document.querySelectorAll(".cell_output"))
+        if (noise.test(el.textContent)) found.push("output text: " + el.textContent.trim().slice(0, 160));
+    return found;
+}"""
+
+
 def broken_internal_links(tab, book_url: str) -> list[str]:
     """Links of the page into the book whose target file does not answer 200."""
     hrefs = tab.eval_on_selector_all("a[href]", "links => links.map(a => a.href)")
@@ -282,6 +295,9 @@ def test_page_loads_cleanly_offline(tab, book_url, book_pages, path):
         typeset = tab.locator("mjx-container").count()
     broken = tab.evaluate(BROKEN_IMAGES_JS)
     dead_links = broken_internal_links(tab, book_url)
+    noise = tab.evaluate(OUTPUT_NOISE_JS)
+    launch = tab.eval_on_selector_all("a[href*='mybinder.org'], a[href*='colab.research.google.com']",
+                                      "links => links.map(a => a.href)")
     if path == WALKTHROUGH_PAGE:
         tab.screenshot(path=str(SCREENSHOT), full_page=True)
     issues = [recorder.report()] if recorder.problems() else []
@@ -289,6 +305,10 @@ def test_page_loads_cleanly_offline(tab, book_url, book_pages, path):
         issues.append(f"images that did not load: {broken}")
     if dead_links:
         issues.append(f"internal links that do not resolve: {dead_links}")
+    if noise:
+        issues.append(f"stderr, warnings, log lines or tracebacks in cell outputs: {noise}")
+    if launch:
+        issues.append(f"launch buttons to a repository nobody checked: {launch}")
     if path == METHOD_PAGE and typeset == 0:
         scripts = tab.eval_on_selector_all("script[src*=mathjax i]", "s => s.map(e => e.src)")
         issues.append(f"no mjx-container: MathJax typeset nothing ({tab.locator('.math').count()} "

@@ -86,3 +86,15 @@ def test_efficiency_conclusion_states_speedup_ideal_and_memory():
             "with 40 % of RigL's peak memory; at rho = 0.5 1.80x") in text
     assert "at most 0.05 % of training time" in text and "9.00x faster" not in text
     assert "nothing to compare" in what_this_showed(comparison[comparison["execution"] == "recompute"], "cpu")
+
+
+def test_setup_objects_render_as_readable_tables():
+    from barter_mini.book.efficiency import BENCH_PROFILES
+    from barter_mini.book.finetuning import PAPER_TRANSFER
+    from barter_mini.book.profiles import PROFILES
+    quick = PROFILES["quick"]._repr_markdown_()
+    assert quick.startswith("**Profile `quick`**") and "| train subset | 15,000 |" in quick
+    assert "| epochs | the recipe's |" in PROFILES["paper"]._repr_markdown_()
+    bench = BENCH_PROFILES["smoke"]._repr_markdown_()
+    assert "| paper models | (`cct-mini`, 16) |" in bench and "| all densities executed | no |" in bench
+    assert "| pretrain classes | all |" in PAPER_TRANSFER._repr_markdown_()

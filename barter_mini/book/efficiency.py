@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..errors import BarterError
 from .experiments import read_paper_table
+from .profiles import settings_markdown
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class BenchProfile:
     profile_steps: int = 2
     executions: tuple[str, ...] = ("eager", "compiled", "recompute")
     all_densities_executed: bool = False
+
+    def _repr_markdown_(self) -> str:
+        return settings_markdown(self, "What this chapter measures")
 
 
 BENCH_PROFILES = {

@@ -32,7 +32,7 @@ from ..training.recipes import get_recipe
 from ..training.run_config import RunConfig
 from ..core.models import get_model_config
 from .experiments import mean_std, profile_run, read_paper_table
-from .profiles import Profile
+from .profiles import Profile, settings_markdown
 from .report import METHOD_PALETTE
 
 
@@ -48,6 +48,10 @@ class TransferTask:
     finetune_dataset: str
     finetune_classes: tuple[int, ...] | None
     img_size: int | None = None
+
+    def _repr_markdown_(self) -> str:
+        return settings_markdown(self, "The transfer", {"pretrain_classes": "all", "finetune_classes": "all",
+                                                        "img_size": "as they are"})
 
 
 #: Tables 10 and 11: ViT pretrained on Tiny-ImageNet, fine-tuned on all of CIFAR-100 at 64 px

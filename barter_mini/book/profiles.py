@@ -8,12 +8,33 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from ..core.budgets import check_density, compute_budget
 from ..core.models import get_model_config
 from ..errors import check_list, check_seed, choose
 from ..training.data import DATASETS
+
+
+def settings_markdown(settings, title: str, none_means: dict[str, str] | None = None) -> str:
+    """A settings dataclass as a small Markdown table (setting, value) for a notebook page;
+    a None value reads as ``none_means[field]`` (e.g. "all"), else as a dash."""
+    none_means = none_means or {}
+    rows = [f"| {field.name.replace('_', ' ')} | {_readable(getattr(settings, field.name), none_means.get(field.name))} |"
+            for field in fields(settings)]
+    return "\n".join([f"**{title}**", "", "| setting | value |", "|---|---|", *rows])
+
+
+def _readable(value, none_means: str | None = None) -> str:
+    if value is None:
+        return none_means or "-"
+    if isinstance(value, tuple):
+        return ", ".join(f"({_readable(v)})" if isinstance(v, tuple) else _readable(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        return f"`{value}`"
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 @dataclass(frozen=True)
@@ -22,10 +43,16 @@ class Profile:
     model: str
     dataset: str
     recipe: str
+    #: None: the recipe's
     epochs: int | None
+    #: training images of each run (None: all)
     train_subset: int | None
     #: training images of each run in notebooks that train a grid of runs (None: all)
     grid_train_subset: int | None = None
+
+    def _repr_markdown_(self) -> str:
+        return settings_markdown(self, f"Profile `{self.name}`",
+                                 {"epochs": "the recipe's", "train_subset": "all", "grid_train_subset": "all"})
 
 
 #: the notebooks train some 60 runs: a third of CIFAR-10's 45,000 training images keeps the
