@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..errors import BarterError, choose
 from ..training.checkpoints import check_can_create
+from .mechanism import write_mechanism_figures
 from .profiles import PROFILES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -141,6 +142,8 @@ def run_book_build(profile: str = "quick", build_dir: Path | None = None, log=lo
     stage = build_dir / "book"
     stage_sources(stage, repo)
     vendor_mathjax(stage, build_dir / "vendor")
+    log("drawing the mechanism's figures for the introduction and the method page")
+    write_mechanism_figures(stage / "book" / "figures")
     notebooks, times = source_notebooks(repo), []
     for number, notebook in enumerate(notebooks, 1):
         log(f"[{number}/{len(notebooks)}] running {notebook.name} ({profile})")
