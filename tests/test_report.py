@@ -22,7 +22,8 @@ from barter_mini.book import experiments  # noqa: E402
 from barter_mini.book.efficiency import PAPER_COMPUTE_TABLES, compute_beside_paper  # noqa: E402
 from barter_mini.book.experiments import accuracy_beside_step_time, read_paper_table, run_grid  # noqa: E402
 from barter_mini.book.profiles import PROFILES  # noqa: E402
-from barter_mini.book.report import (BARTER_COLOR, COMPUTE_COLUMNS, METHOD_ORDER, METHOD_PALETTE,  # noqa: E402
+from barter_mini.book.report import (BARTER_COLOR, COMPUTE_COLUMNS, METHOD_MARKERS, METHOD_ORDER,  # noqa: E402
+                                     METHOD_PALETTE,
                                      RATIO_COLUMNS, RUN_COLUMNS, STEP_TIME_COLUMNS, TRANSFER_COST_COLUMNS,
                                      UPDATE_COST_COLUMNS, UPDATE_COST_DECIMALS, by_density,
                                      plot_accuracy_against_density, plot_cost_against_density, readable)
@@ -141,7 +142,7 @@ def test_no_two_methods_share_a_hue():
     chromatic = [m for m in METHOD_ORDER if m not in greys]
     assert min(saturation[m] for m in chromatic) >= 0.4, "a coloured method must not look grey"
     for a, b in itertools.combinations(chromatic, 2):
-        assert hue_distance(METHOD_PALETTE[a], METHOD_PALETTE[b]) >= MIN_HUE_DEGREES, (
+        assert hue_distance(METHOD_PALETTE[a], METHOD_PALETTE[b]) >= MIN_HUE_DEGREES - 1e-9, (  # float rounding
             f"{a} and {b} are {hue_distance(METHOD_PALETTE[a], METHOD_PALETTE[b]):.1f} degrees of hue apart")
     for a, b in itertools.combinations(METHOD_ORDER, 2):
         assert delta_e(METHOD_PALETTE[a], METHOD_PALETTE[b]) >= MIN_DELTA_E, (
@@ -154,7 +155,7 @@ def test_barter_is_the_colour_a_reader_finds_at_once():
     # further in hue from its nearest neighbour than any other method is from its own
     barter_hue = nearest("barter", hue_distance, chromatic)
     assert barter_hue > max(nearest(m, hue_distance, chromatic) for m in others)
-    assert barter_hue >= 45.0
+    assert barter_hue >= 45.0 - 1e-9  # float rounding
     # and likewise in CIELAB, against every colour including dense's grey
     barter_lab = nearest("barter", delta_e, METHOD_ORDER)
     assert barter_lab > 1.5 * max(nearest(m, delta_e, METHOD_ORDER) for m in others)
@@ -162,6 +163,30 @@ def test_barter_is_the_colour_a_reader_finds_at_once():
     hsv_saturation = {m: colorsys.rgb_to_hsv(*METHOD_PALETTE[m])[1] for m in METHOD_ORDER}
     assert hsv_saturation["barter"] == 1.0 > max(hsv_saturation[m] for m in others)
     assert METHOD_PALETTE["barter"] == BARTER_COLOR
+
+
+#: BARTER's nearest other method under each simulated colour-vision deficiency, in CIELAB
+MIN_CVD_DELTA_E = 18.0
+
+
+@pytest.mark.parametrize("deficiency", ["protanomaly", "deuteranomaly", "tritanomaly"])
+def test_barter_stands_out_for_colour_blind_readers(deficiency):
+    """Under a full (severity 100) simulated deficiency (Machado et al. 2009, through
+    colorspacious), BARTER stays at least MIN_CVD_DELTA_E from every other method's colour,
+    dense's grey included: the red-green pairs of the first palette were under 10."""
+    from colorspacious import cspace_convert
+    space = {"name": "sRGB1+CVD", "cvd_type": deficiency, "severity": 100}
+    seen = {m: np.clip(cspace_convert(rgb, space, "sRGB1"), 0, 1) for m, rgb in METHOD_PALETTE.items()}
+    nearest_other = min(METHOD_ORDER[:-1], key=lambda m: delta_e(seen["barter"], seen[m]))
+    assert METHOD_ORDER[-1] == "barter"
+    assert delta_e(seen["barter"], seen[nearest_other]) >= MIN_CVD_DELTA_E, (
+        f"under {deficiency} barter and {nearest_other} are "
+        f"{delta_e(seen['barter'], seen[nearest_other]):.1f} apart in CIELAB")
+
+
+def test_every_method_has_its_own_marker():
+    assert set(METHOD_MARKERS) == set(METHOD_ORDER)
+    assert len(set(METHOD_MARKERS.values())) == len(METHOD_MARKERS)
 
 
 def test_figures_draw_each_method_in_its_colour():

@@ -33,7 +33,7 @@ from ..training.run_config import RunConfig
 from ..core.models import get_model_config
 from .experiments import mean_std, profile_run, read_paper_table
 from .profiles import Profile, settings_markdown
-from .report import METHOD_PALETTE
+from .report import method_legend, method_style
 
 
 @dataclass(frozen=True)
@@ -213,17 +213,17 @@ def plot_compute_matched(summary: pd.DataFrame, paper: pd.DataFrame | None = Non
                       & (table["density"].isin(densities) | (table["method"] == "dense"))]
         for (method, schedule), rows in shown.groupby(["method", "schedule"], sort=False):
             hollow = schedule == MATCHED
-            color = METHOD_PALETTE[method]
-            ax.errorbar(rows["pflops"], rows["acc_mean"], yerr=rows["acc_std"].fillna(0), fmt="o", capsize=3,
-                        color=color, mfc="white" if hollow else color, ms=7,
-                        label=f"{method}, {schedule}" if method != "dense" else "dense (rho = 1)")
+            style = method_style(method)
+            ax.errorbar(rows["pflops"], rows["acc_mean"], yerr=rows["acc_std"].fillna(0), linestyle="none",
+                        capsize=3, mfc="white" if hollow else style["color"],
+                        label=f"{method}, {schedule}" if method != "dense" else "dense (rho = 1)", **style)
             for x, y, d in zip(rows["pflops"], rows["acc_mean"], rows["density"]):
                 ax.annotate(f"{d:g}", (x, y), textcoords="offset points", xytext=(5, 4), fontsize="small")
         ax.set_xscale("log")
         ax.set_xlabel("cumulative training compute (PFLOPs, log scale)")
         ax.set_ylabel("test Top-1 accuracy (%)")
         ax.set_title(title)
-    axes[0][-1].legend(fontsize="small", loc="lower right")
+    method_legend(fig, columns=3)
     return fig
 
 

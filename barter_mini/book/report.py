@@ -161,35 +161,43 @@ def plot_allocation_heatmaps(metrics: dict):
 #: the book's methods, in the order of its tables and legends
 METHOD_ORDER = ("dense", "set", "snfs", "rigl", "srigl", "s2vite", "static", "oneshot",
                 "random-receiver", "random-donor", "random-pair", "barter")
-#: BARTER's colour: a fully saturated red, alone in its part of the hue circle
-BARTER_COLOR = (0.94, 0.0, 0.0)
+#: BARTER's colour: a fully saturated dark red, alone in its part of the hue circle and, for
+#: readers with any of the three colour-vision deficiencies, further from every other method
+#: than the book's tests require (simulated with colorspacious)
+BARTER_COLOR = (0.75, 0.0, 0.0)
 #: dense, the full-density reference, is the one grey
 DENSE_COLOR = (0.3, 0.3, 0.3)
 #: hue (degrees) kept clear on either side of BARTER's red
 BARTER_HUE_GAP = 45.0
 #: (method, HLS lightness, HLS saturation) of the other methods, in hue order from
-#: BARTER_HUE_GAP to 360 - BARTER_HUE_GAP. Neighbours alternate light and dark, and methods
-#: drawn in the same figures (the from-scratch baselines, static) are not all side by side.
-_HUE_CIRCLE = (("static", 0.45, 0.80), ("random-pair", 0.32, 0.65), ("rigl", 0.45, 0.60),
-               ("srigl", 0.28, 0.65), ("random-receiver", 0.38, 0.65), ("set", 0.48, 0.65),
-               ("snfs", 0.32, 0.55), ("random-donor", 0.55, 0.50), ("s2vite", 0.42, 0.60),
-               ("oneshot", 0.30, 0.60))
+#: BARTER_HUE_GAP to 360 - BARTER_HUE_GAP. Lightness alternates so that neighbours differ,
+#: and the order was searched so that no method looks like BARTER under protanomaly,
+#: deuteranomaly or tritanomaly (the red-green pairs of the first palette did).
+_HUE_CIRCLE = (("random-receiver", 0.70, 0.60), ("set", 0.48, 0.65), ("random-donor", 0.55, 0.60),
+               ("oneshot", 0.70, 0.80), ("random-pair", 0.32, 0.65), ("rigl", 0.45, 0.50),
+               ("s2vite", 0.42, 0.60), ("srigl", 0.28, 0.65), ("static", 0.45, 0.80),
+               ("snfs", 0.32, 0.55))
+#: one marker per method, so that no figure depends on colour alone: BARTER the large star
+METHOD_MARKERS = {"dense": "o", "set": "v", "snfs": "<", "rigl": "^", "srigl": ">", "s2vite": "P",
+                  "static": "s", "oneshot": "X", "random-receiver": "d", "random-donor": "h",
+                  "random-pair": "p", "barter": "*"}
 
 
 def _method_palette() -> dict[str, tuple[float, float, float]]:
     """One RGB colour per method of :data:`METHOD_ORDER`.
 
-    BARTER is pure, saturated red; every other method but dense gets its own hue, evenly
+    BARTER is a fully saturated red; every other method but dense gets its own hue, evenly
     spaced over the rest of the circle (270 / 9 = 30 degrees apart), so no two methods
     share a hue and BARTER's nearest neighbour is further from it (45 degrees) than any
-    other method's. Dense, a reference line, is grey.
+    other method's. Dense, a reference line, is grey. Each method also has its own marker
+    (:data:`METHOD_MARKERS`), so no figure relies on colour alone.
     """
     span = 360.0 - 2 * BARTER_HUE_GAP
     step = span / (len(_HUE_CIRCLE) - 1)
     palette = {"dense": DENSE_COLOR, "barter": BARTER_COLOR}
     for i, (method, lightness, saturation) in enumerate(_HUE_CIRCLE):
         hue = (BARTER_HUE_GAP + i * step) / 360.0
-        palette[method] = tuple(round(c, 4) for c in colorsys.hls_to_rgb(hue, lightness, saturation))
+        palette[method] = tuple(float(c) for c in colorsys.hls_to_rgb(hue, lightness, saturation))
     return {method: palette[method] for method in METHOD_ORDER}
 
 
@@ -197,6 +205,31 @@ def _method_palette() -> dict[str, tuple[float, float, float]]:
 #: hue clear on either side; the others 30 degrees apart over the rest of the circle;
 #: dense grey
 METHOD_PALETTE = _method_palette()
+
+
+def method_style(method: str) -> dict:
+    """Colour, marker and size of ``method``'s points and lines: BARTER drawn larger and on top."""
+    barter = method == "barter"
+    return {"color": METHOD_PALETTE[method], "marker": METHOD_MARKERS[method], "ms": 11 if barter else 6,
+            "zorder": 3 if barter else 2}
+
+
+def method_legend(fig, columns: int = 6):
+    """One legend for the whole figure, below its panels and off the data: every label drawn
+    in any panel once, methods in the book's order (BARTER first, where the eye starts),
+    anything else (paper rows, references) after them."""
+    handles = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    def rank(label: str) -> tuple[int, int]:
+        method = label.split(",")[0].split(" ")[0]
+        if method == "barter":
+            return (0, 0)
+        return (1, METHOD_ORDER.index(method)) if method in METHOD_ORDER else (2, 0)
+    labels = sorted(handles, key=rank)
+    return fig.legend([handles[label] for label in labels], labels, loc="outside lower center",
+                      ncols=min(columns, len(labels)), frameon=False, fontsize="small")
 
 
 def _rows_per_method(frame: pd.DataFrame, sort_by: str, among=None):
@@ -222,12 +255,12 @@ def plot_accuracy_against_density(summary: pd.DataFrame, paper: pd.DataFrame | N
             if method == "dense":
                 ax.axhline(rows["acc_mean"].iloc[0], color=color, ls="--", label="dense (rho = 1)")
                 continue
-            ax.errorbar(rows["density"], rows["acc_mean"], yerr=rows["acc_std"].fillna(0), marker="o",
-                        capsize=3, color=color, label=method)
+            ax.errorbar(rows["density"], rows["acc_mean"], yerr=rows["acc_std"].fillna(0), capsize=3,
+                        label=method, **method_style(method))
         ax.set_xlabel("density rho (fraction of heads and FFN channels, or of weights)")
         ax.set_ylabel("test Top-1 accuracy (%)")
         ax.set_title(title)
-    axes[0][-1].legend(fontsize="small", loc="lower right")
+    method_legend(fig)
     return fig
 
 
@@ -288,14 +321,23 @@ def plot_compute_and_size(rows_by_model: dict):
     for ax, (model, rows) in zip(axes[0], rows_by_model.items()):
         frame = pd.DataFrame(rows)
         for method, points in _rows_per_method(frame, "density"):
-            marker = "*" if method == "dense" else "o"
-            ax.plot(points["params"] / 1e6, points["train_gflops_per_image"], marker=marker,
-                    ms=14 if method == "dense" else 6, color=METHOD_PALETTE[method], label=method,
-                    alpha=0.8)
+            style = method_style(method)
+            if method == "dense":
+                style["ms"] = 12
+            ax.plot(points["params"] / 1e6, points["train_gflops_per_image"], label=method, alpha=0.8,
+                    **style)
+        # methods whose points coincide (the masked ones execute and export the dense model)
+        # would hide behind each other: name them beside the shared point
+        shared = frame.assign(x=(frame["params"] / 1e6).round(6), y=frame["train_gflops_per_image"].round(6))
+        for (x, y), at in shared.groupby(["x", "y"]):
+            names = [m for m in METHOD_ORDER if m in set(at["method"])]
+            if len(names) > 1:
+                ax.annotate(", ".join(names), (x, y), textcoords="offset points", xytext=(-8, -14), ha="right",
+                            fontsize="x-small")
         ax.set_xlabel("exported parameters (millions)")
         ax.set_ylabel("training GFLOPs per image (3 x forward)")
         ax.set_title(model)
-        ax.legend(fontsize="small")
+    method_legend(fig)
     return fig
 
 
@@ -311,12 +353,12 @@ def plot_cost_against_density(rows, title: str = ""):
             if method == "dense":
                 ax.axhline(points[value].iloc[0], color=color, ls="--", label="dense (rho = 1)")
             else:
-                ax.plot(points["density"], points[value], "o-", color=color, label=method)
+                ax.plot(points["density"], points[value], "-", label=method, **method_style(method))
         ax.set_xlabel("density rho")
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)
         ax.set_title(f"{title}: {label}" if title else label)
-    axes[1].legend(fontsize="small")
+    method_legend(fig)
     return fig
 
 
@@ -326,13 +368,13 @@ def plot_accuracy_against_step_time(points: pd.DataFrame):
     fig, ax = plt.subplots(figsize=(7, 4.2), constrained_layout=True)
     points = points.dropna(subset=["acc"])
     for method, rows in _rows_per_method(points, "step_ms"):
-        ax.plot(rows["step_ms"], rows["acc"], "o-", color=METHOD_PALETTE[method], label=method)
+        ax.plot(rows["step_ms"], rows["acc"], "-", label=method, **method_style(method))
         for _, row in rows.iterrows():
             ax.annotate(f"{row['density']:g}", (row["step_ms"], row["acc"]), textcoords="offset points",
                         xytext=(4, 4), fontsize="x-small")
     ax.set_xlabel("median training step time (ms)")
     ax.set_ylabel("test Top-1 accuracy (%)")
-    ax.legend(fontsize="small")
+    method_legend(fig, columns=4)
     return fig
 
 
@@ -377,5 +419,7 @@ def plot_step_profile(rows, methods=("rigl", "barter"), title: str = ""):
     ax.set_ylabel("ms per step (profiled)")
     ax.set_title(title or "where a training step's time goes")
     ax.tick_params(axis="x", labelrotation=0, labelsize="x-small")
-    ax.legend(fontsize="small", ncols=2)
+    ax.get_legend().remove()
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize="small", frameon=False,
+               title="kind of work")  # beside the bars, never over them
     return fig
