@@ -244,6 +244,24 @@ OUTPUT_NOISE_JS = """() => {
 }"""
 
 
+#: what a reader must never meet in a table a cell displays: an index column of row numbers
+#: (pandas writes the index as th cells in the body), a raw column name, a missing value
+#: spelled out
+TABLE_NOISE_JS = """() => {
+    const found = [];
+    for (const table of document.querySelectorAll(".cell_output table")) {
+        const where = (table.querySelector("thead") || table).textContent.trim().replace(/\\s+/g, " ").slice(0, 80);
+        if (table.querySelector("tbody th")) found.push("an index column in the table headed " + where);
+        for (const th of table.querySelectorAll("thead th"))
+            if (/\\w_\\w/.test(th.textContent)) found.push("a raw column name: " + th.textContent.trim());
+        for (const td of table.querySelectorAll("td"))
+            if (/^(NaN|nan|<NA>|None|NaT)$/.test(td.textContent.trim()))
+                found.push(td.textContent.trim() + " in the table headed " + where);
+    }
+    return found;
+}"""
+
+
 def broken_internal_links(tab, book_url: str) -> list[str]:
     """Links of the page into the book whose target file does not answer 200."""
     hrefs = tab.eval_on_selector_all("a[href]", "links => links.map(a => a.href)")
@@ -296,6 +314,7 @@ def test_page_loads_cleanly_offline(tab, book_url, book_pages, path):
     broken = tab.evaluate(BROKEN_IMAGES_JS)
     dead_links = broken_internal_links(tab, book_url)
     noise = tab.evaluate(OUTPUT_NOISE_JS)
+    table_noise = tab.evaluate(TABLE_NOISE_JS)
     launch = tab.eval_on_selector_all("a[href*='mybinder.org'], a[href*='colab.research.google.com']",
                                       "links => links.map(a => a.href)")
     if path == WALKTHROUGH_PAGE:
@@ -307,6 +326,8 @@ def test_page_loads_cleanly_offline(tab, book_url, book_pages, path):
         issues.append(f"internal links that do not resolve: {dead_links}")
     if noise:
         issues.append(f"stderr, warnings, log lines or tracebacks in cell outputs: {noise}")
+    if table_noise:
+        issues.append(f"tables a reader cannot read: {sorted(set(table_noise))}")
     if launch:
         issues.append(f"launch buttons to a repository nobody checked: {launch}")
     if path == METHOD_PAGE and typeset == 0:

@@ -1,0 +1,112 @@
+"""Tables as a reader sees them on a page: headers in words, no index column of row numbers,
+blank cells where there is no number, numbers formatted by their kind.
+
+:func:`page_table` styles one frame; :func:`use_page_tables` makes every DataFrame a notebook
+displays go through it, so a chapter's cells can end with the frame they computed (the CSV
+files keep the raw columns).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+#: the words for the raw column names the book's frames carry
+HEADERS = {
+    "acc": "Top-1 (%)", "f1": "macro-F1 (%)", "val_acc": "validation Top-1 (%)",
+    "acc_mean": "Top-1 (%)", "acc_std": "Top-1 std", "f1_mean": "macro-F1 (%)", "f1_std": "macro-F1 std",
+    "acc_diff": "Top-1 difference (points)", "f1_diff": "macro-F1 difference (points)",
+    "wall_time_s": "wall time (s)", "seeds": "seeds", "params": "parameters",
+    "heads_planned": "heads planned", "ffn_planned": "FFN channels planned",
+    "head_transfers": "heads moved", "ffn_transfers": "FFN channels moved",
+    "update_ms_per_step": "update ms/step", "update_s_per_schedule": "update s per schedule",
+    "update_ms": "ms/update", "pflops": "PFLOPs", "s_per_epoch_mean": "s/epoch",
+    "train_gflops_per_image": "GFLOPs per image", "step_ms": "ms/step", "epoch_s": "s/epoch",
+    "peak_mem_mb": "peak memory (MB)",
+}
+
+#: a float column whose non-zero magnitudes span more than this factor is shown with
+#: significant digits (15.3 beside 2.49e-05) rather than a fixed number of decimals
+SPAN_FOR_SIGNIFICANT = 1e3
+
+
+def _header(label, axis_name=None) -> str:
+    if isinstance(label, tuple):
+        return ", ".join(_header(part) for part in label if str(part) != "")
+    if isinstance(label, str):
+        return HEADERS.get(label, label.replace("_", " "))
+    named = HEADERS.get(axis_name, str(axis_name).replace("_", " ")) if axis_name else ""
+    return f"{named} {label:g}".strip() if isinstance(label, float) else f"{named} {label}".strip()
+
+
+#: a float column already rounded to at most this many decimals keeps them
+MAX_DECIMALS = 4
+
+
+def _decimals_of(values: list[float], default: int) -> int:
+    """The decimals a column was rounded to (the fewest that represent every value), or
+    ``default`` for a column that was never rounded."""
+    for places in range(MAX_DECIMALS + 1):
+        if all(round(v, places) == v for v in values):
+            return places
+    return default
+
+
+def _float_format(values: pd.Series, decimals: int):
+    finite = [float(v) for v in values if math.isfinite(v)]
+    magnitudes = [abs(v) for v in finite if v != 0]
+    if magnitudes and max(magnitudes) / min(magnitudes) > SPAN_FOR_SIGNIFICANT:
+        return lambda v: f"{v:.3g}"
+    places = _decimals_of(finite, decimals)
+    if magnitudes and max(magnitudes) < 10 ** -places:   # every value would read 0.00
+        return lambda v: f"{v:.2e}"
+    return lambda v: f"{v:,.{places}f}"
+
+
+def page_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its index made real columns (a named or labelled index) or dropped (row
+    numbers 0..n-1), and its headers in words (:data:`HEADERS`; a multi-level header joined
+    with commas; a numeric column label prefixed by its axis name, e.g. "density 0.3")."""
+    if isinstance(frame.index, pd.RangeIndex) and frame.index.start == 0 and frame.index.step == 1:
+        shown = frame.reset_index(drop=True)
+    elif frame.index.nlevels == 1 and frame.index.name is None:
+        shown = frame.rename_axis("").reset_index()      # labels without a name: a blank header
+    else:
+        shown = frame.reset_index()
+    shown.columns = [_header(label, frame.columns.name) for label in shown.columns]
+    return shown
+
+
+def page_table(frame: pd.DataFrame, decimals: int = 2):
+    """``frame`` as the page shows it (:func:`page_frame`), styled: no index column, a blank
+    cell where a value is missing, integers with thousands separators, floats with the
+    decimals they were rounded to (``decimals`` where they never were), or with significant
+    digits in a column of very different magnitudes."""
+    shown = page_frame(frame)
+    formats = {}
+    for column in shown.columns:
+        values = shown[column]
+        if pd.api.types.is_bool_dtype(values):
+            formats[column] = lambda v: "yes" if v else "no"
+        elif pd.api.types.is_integer_dtype(values):
+            formats[column] = lambda v: f"{v:,}"
+        elif pd.api.types.is_float_dtype(values):
+            formats[column] = _float_format(values, decimals)
+    return shown.style.hide(axis="index").format(formats, na_rep="")
+
+
+def _html(frame: pd.DataFrame) -> str:
+    return page_table(frame).to_html()
+
+
+def use_page_tables() -> None:
+    """Render every DataFrame this notebook displays with :func:`page_table` (IPython's HTML
+    formatter; outside IPython nothing changes)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.display_formatter.formatters["text/html"].for_type(pd.DataFrame, _html)
