@@ -337,3 +337,17 @@ def test_the_walkthroughs_conclusion_is_composed_from_its_numbers():
     assert "from 10 / 10 / 10 / 10 to 12 / 9 / 9 / 10" in text and "45.7 % validation and 43.2 % test" in text
     assert "No head could move" in text
     assert "No head could move" not in what_this_showed(update, _walkthrough_metrics(heads_planned=4))
+
+
+def test_allocation_heatmaps_are_full_width_and_annotated():
+    from barter_mini.book.report import plot_allocation_heatmaps
+    history = [{"step": 40 * i, "heads": [3, 3, 3, 3], "ffn": [39 + i, 39 - i, 38, 38]} for i in range(6)]
+    fig = plot_allocation_heatmaps({"allocation_history": history})
+    try:
+        heads_ax, ffn_ax = [ax for ax in fig.axes if ax.get_title()]   # the colour bars have none
+        assert heads_ax.get_position().width == pytest.approx(ffn_ax.get_position().width)
+        assert heads_ax.get_position().y0 > ffn_ax.get_position().y1   # one above the other
+        ffn_numbers = [t.get_text() for t in ffn_ax.texts]
+        assert len(ffn_numbers) == 4 * 6 and "44" in ffn_numbers and "34" in ffn_numbers
+    finally:
+        plt.close(fig)

@@ -143,17 +143,22 @@ def allocation_frame(metrics: dict, kind: str) -> pd.DataFrame:
 
 
 def plot_allocation_heatmaps(metrics: dict):
-    """Heads and FFN channels per layer over training, one heatmap each."""
-    fig, axes = plt.subplots(1, 2, figsize=(12, 3.2), constrained_layout=True)
-    for ax, kind, label in zip(axes, ("heads", "ffn"), ("attention heads", "FFN channels")):
-        frame = allocation_frame(metrics, kind)
-        sns.heatmap(frame, ax=ax, cmap="viridis", annot=frame.shape[1] <= 12 and kind == "heads",
-                    fmt="d", cbar_kws={"label": f"{label} per layer"})
+    """Heads and FFN channels per layer over training, one full-width heatmap each (one above
+    the other), every cell annotated with its count while the columns leave room for it."""
+    frames = {kind: allocation_frame(metrics, kind) for kind in ("heads", "ffn")}
+    updates = frames["heads"].shape[1]
+    fig, axes = plt.subplots(2, 1, figsize=(11, 2 * (0.45 * frames["heads"].shape[0] + 1.2)),
+                             constrained_layout=True)
+    for ax, (kind, frame), label in zip(axes, frames.items(), ("attention heads", "FFN channels")):
+        annotate = updates <= (30 if kind == "heads" else 20)
+        sns.heatmap(frame, ax=ax, cmap="viridis", annot=annotate, fmt="d",
+                    annot_kws={"fontsize": 9 if updates <= 12 else 7},
+                    cbar_kws={"label": f"{label} per layer", "pad": 0.01})
         ax.set_xlabel("optimizer step of the update (0 = initial allocation)")
         ax.set_ylabel("layer")
         ax.set_title(f"{label}: budget {int(frame.iloc[:, 0].sum())}, fixed")
-        if frame.shape[1] > 12:
-            ticks = np.linspace(0, frame.shape[1] - 1, 8).astype(int)
+        if updates > 16:
+            ticks = np.linspace(0, updates - 1, 12).astype(int)
             ax.set_xticks(ticks + 0.5, [frame.columns[t] for t in ticks], rotation=0)
     return fig
 
