@@ -351,3 +351,11 @@ def test_allocation_heatmaps_are_full_width_and_annotated():
         assert len(ffn_numbers) == 4 * 6 and "44" in ffn_numbers and "34" in ffn_numbers
     finally:
         plt.close(fig)
+
+
+def test_the_walkthroughs_run_summary_reads_in_words():
+    from barter_mini.book.walkthrough import summary_table
+    table = summary_table({"val_acc": 0.4567, "transfers_executed": {"heads": 2, "ffn": 30}, "params": 85141,
+                           "train_gflops_per_image": 0.052743936})
+    assert list(table["quantity"]) == ["validation Top-1", "units moved", "parameters", "training GFLOPs per image"]
+    assert list(table["value"]) == ["45.67 %", "2 heads, 30 FFN channels", "85,141", "0.05274"]

@@ -111,6 +111,30 @@ def walkthrough_run(setup: Profile, density: float, seed: int) -> RunConfig:
     return replace(profile_run(setup, "barter", density, seed), train_subset=setup.train_subset)
 
 
+#: how the walkthrough's page names each entry of :data:`RUN_SUMMARY_KEYS`
+RUN_SUMMARY_LABELS = {"method": "method", "model": "model", "dataset": "dataset", "density": "density rho",
+                      "seed": "seed", "epochs": "epochs", "val_acc": "validation Top-1",
+                      "test_acc": "test Top-1", "test_macro_f1": "test macro-F1",
+                      "wall_time_s": "wall time (s)", "transfers_planned": "units planned to move",
+                      "transfers_executed": "units moved", "params": "parameters",
+                      "train_gflops_per_image": "training GFLOPs per image"}
+
+
+def summary_table(summary: dict) -> pd.DataFrame:
+    """:func:`run_summary` as the page shows it: one row per entry, named in words, the
+    accuracies in percent and the transfers as heads and FFN channels."""
+    def shown(key, value):
+        if key in ("val_acc", "test_acc", "test_macro_f1"):
+            return f"{100 * value:.2f} %"
+        if isinstance(value, dict):
+            return f"{value['heads']} heads, {value['ffn']} FFN channels"
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        return f"{value:,}" if isinstance(value, int) else str(value)
+    return pd.DataFrame({"quantity": [RUN_SUMMARY_LABELS[key] for key in summary],
+                         "value": [shown(key, value) for key, value in summary.items()]})
+
+
 def run_summary(metrics: dict) -> dict:
     """The entries of a run's metrics that the walkthrough shows (:data:`RUN_SUMMARY_KEYS`)."""
     return {key: metrics[key] for key in RUN_SUMMARY_KEYS}
