@@ -24,9 +24,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from ..errors import BarterError, choose
 from ..training.checkpoints import check_can_create
 from .mechanism import write_mechanism_figures
+from .paper_numbers import paper_substitutions
 from .profiles import PROFILES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,6 +48,15 @@ def stage_sources(stage: Path, repo: Path = REPO) -> None:
     for name in ("_config.yml", "_toc.yml"):
         shutil.copy2(repo / name, stage / name)
     shutil.copytree(repo / "book", stage / "book")
+    write_substitutions(stage / "_config.yml", paper_substitutions())
+
+
+def write_substitutions(config: Path, substitutions: dict[str, str]) -> None:
+    """Add ``substitutions`` to the staged ``_config.yml`` (``parse.myst_substitutions``), so
+    that ``{{ key }}`` in a page reads its value (:mod:`barter_mini.book.paper_numbers`)."""
+    settings = yaml.safe_load(config.read_text())
+    settings.setdefault("parse", {})["myst_substitutions"] = dict(substitutions)
+    config.write_text(yaml.safe_dump(settings, sort_keys=False, allow_unicode=True))
 
 
 def vendor_mathjax(stage: Path, cache: Path) -> None:

@@ -1,0 +1,50 @@
+"""The paper's numbers that the book's Markdown pages quote, read from ``data/paper/`` (the
+same files the notebooks compare against), as MyST substitutions: a page writes
+``{{ iphone_speedup }}`` and the build fills it in, so no number is typed in two places.
+
+:func:`paper_substitutions` is what the book build writes into the staged ``_config.yml``
+(``parse.myst_substitutions``).
+"""
+
+from __future__ import annotations
+
+from .experiments import read_paper_table
+
+#: the sparse methods whose Table 6 epoch times the introduction quotes as one range
+MASKED_TIMED = ("set", "snfs", "rigl", "srigl")
+
+
+def _accuracy(table, method: str, density: float) -> float:
+    return float(table[(table["method"] == method) & (table["density"] == density)]["acc_mean"].iloc[0])
+
+
+def accuracy_table() -> str:
+    """The introduction's table: Static and BARTER (Table 13) beside RigL (Table 1), CCT on
+    CIFAR-100, Top-1 (%) per density, as Markdown."""
+    table13 = read_paper_table("table13_static_vs_barter_cct_cifar100")
+    table1 = read_paper_table("table01_from_scratch_cct_cifar100")
+    lines = ["| density | static compact model | BARTER | RigL |", "|---:|---:|---:|---:|"]
+    for density in sorted(table13["density"].unique()):
+        lines.append(f"| {density:g} | {_accuracy(table13, 'static', density):.2f} | "
+                     f"{_accuracy(table13, 'barter', density):.2f} | {_accuracy(table1, 'rigl', density):.2f} |")
+    return "\n".join(lines)
+
+
+def paper_substitutions() -> dict[str, str]:
+    """Every paper number the Markdown pages quote, by substitution key."""
+    table1 = read_paper_table("table01_from_scratch_cct_cifar100")
+    iphone = read_paper_table("table02_iphone_cct").set_index("method")["s_per_epoch"]
+    epochs = read_paper_table("table06_08_epoch_time_gpu")
+    cct = epochs[epochs["model"] == "cct-paper"]
+    masked = cct[cct["method"].isin(MASKED_TIMED)]["s_per_epoch_mean"]
+    return {
+        "paper_accuracy_table": accuracy_table(),
+        "paper_dense_acc": f"{_accuracy(table1, 'dense', 1.0):.2f}",
+        "iphone_dense_s": f"{iphone['dense']:,.2f}",
+        "iphone_rigl_s": f"{iphone['rigl']:,.2f}",
+        "iphone_barter_s": f"{iphone['barter']:,.2f}",
+        "iphone_speedup": f"{iphone['rigl'] / iphone['barter']:.2f}",
+        "table6_dense_s": f"{float(cct[cct['method'] == 'dense']['s_per_epoch_mean'].iloc[0]):.2f}",
+        "table6_masked_low_s": f"{masked.min():.2f}",
+        "table6_masked_high_s": f"{masked.max():.2f}",
+    }
