@@ -204,15 +204,16 @@ def test_a_dense_start_is_the_checkpoint_and_a_new_class_count_reinitialises_the
         load_dense_weights(dense_run / "best.pt", config.for_data(16, 1, 10))
 
 
-def test_a_model_fine_tunes_on_another_datasets_images_resized_to_its_size(dense_run, tmp_path, capsys):
+def test_a_model_fine_tunes_on_another_datasets_images_resized_to_its_size(dense_run, tmp_path, caplog):
     """Digits (8 px) -> Fashion-MNIST's first five classes resized to 8 px: the paper's
     Tiny-ImageNet -> CIFAR-100 in miniature; without the resize the checkpoint is refused."""
     run = RunConfig(method="barter", dataset="fashion-mnist", classes=(0, 1, 2, 3, 4), recipe="smoke", epochs=1,
                     train_subset=256, density=0.3, init=str(dense_run / "best.pt"), progress=False)
     with pytest.raises(BarterError, match="img_size"):
         train(run, tmp_path / "native")
-    metrics = train(replace(run, img_size=8), tmp_path / "resized")
-    assert "classifier was re-initialised for the 5 classes" in capsys.readouterr().err
+    with caplog.at_level("INFO", logger="barter_mini.training.trainer"):
+        metrics = train(replace(run, img_size=8), tmp_path / "resized")
+    assert "classifier was re-initialised for the 5 classes" in caplog.text
     assert metrics["run"]["img_size"] == 8 and metrics["dataset"] == "fashion-mnist"
     with pytest.raises(BarterError, match="img_size"):
         RunConfig(img_size=0).validate()

@@ -66,15 +66,20 @@ def _float_format(values: pd.Series, decimals: int):
 
 def page_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with its index made real columns (a named or labelled index) or dropped (row
-    numbers 0..n-1), and its headers in words (:data:`HEADERS`; a multi-level header joined
-    with commas; a numeric column label prefixed by its axis name, e.g. "density 0.3")."""
+    numbers 0..n-1), and its headers in words (:data:`HEADERS`; a numeric column label
+    prefixed by its axis name, e.g. "density 0.3"; a multi-level header keeps its levels as
+    header rows, each label in words)."""
     if isinstance(frame.index, pd.RangeIndex) and frame.index.start == 0 and frame.index.step == 1:
         shown = frame.reset_index(drop=True)
     elif frame.index.nlevels == 1 and frame.index.name is None:
         shown = frame.rename_axis("").reset_index()      # labels without a name: a blank header
     else:
         shown = frame.reset_index()
-    shown.columns = [_header(label, frame.columns.name) for label in shown.columns]
+    if isinstance(shown.columns, pd.MultiIndex):   # kept as header rows: short labels, narrow columns
+        shown.columns = pd.MultiIndex.from_tuples(
+            [tuple(part if not isinstance(part, str) else _header(part) for part in label) for label in shown.columns])
+    else:
+        shown.columns = [_header(label, frame.columns.name) for label in shown.columns]
     return shown
 
 

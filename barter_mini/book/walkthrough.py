@@ -169,7 +169,6 @@ def what_this_showed(update: dict, metrics: dict) -> str:
         f"Heads per layer went from {_per_layer(first['heads'])} to {_per_layer(last['heads'])}, FFN "
         f"channels from {_per_layer(first['ffn'])} to {_per_layer(last['ffn'])}.{no_heads} It reached "
         f"{100 * metrics['val_acc']:.1f} % validation and {100 * metrics['test_acc']:.1f} % test Top-1; "
-        "whether the moves beat the frozen even allocation is the question of the "
-        "[reallocation chapter](05_reallocation.ipynb).",
+        "whether the moves beat the frozen even allocation is the question of chapter 05.",
     ]
     return "\n".join(lines)

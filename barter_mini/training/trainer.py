@@ -29,9 +29,9 @@ epochs: :func:`steps_for_compute` steps, over which the LR and update schedules 
 
 from __future__ import annotations
 
+import logging
 import math
 import signal
-import sys
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -75,6 +75,9 @@ LOG_EVERY = 10
 #: steps before and after every topology or mask update whose training losses metrics.json
 #: keeps (``update_losses``): where a cold start would show as a loss spike
 UPDATE_WINDOW = 10
+
+#: what a run reports beside its progress bar (the command line shows INFO; a notebook nothing)
+LOG = logging.getLogger(__name__)
 
 
 @torch.no_grad()
@@ -236,8 +239,7 @@ def build_run_model(run: RunConfig, config: ModelConfig, recipe: Recipe, splits:
         allocation="oneshot" if method.needs_init else allocation, splits=splits,
         batch_size=recipe.batch_size, seed=run.seed, device=device, drop_path=recipe.drop_path)
     if reinitialised:
-        print(f"{run.init}: the classifier was re-initialised for the {config.num_classes} classes of this run",
-              file=sys.stderr)
+        LOG.info("%s: the classifier was re-initialised for the %d classes of this run", run.init, config.num_classes)
     return model
 
 
