@@ -28,6 +28,7 @@ def test_a_named_index_becomes_a_column_and_numeric_labels_read_as_settings():
     labelled = pd.Series({"val_acc": 0.5}).to_frame("value")
     assert list(page_frame(labelled).columns) == ["", "value"] and page_frame(labelled).iloc[0, 0] == "val_acc"
     multi = page_frame(pd.concat({("cct-paper", "peak_mem_mb"): pivot}, axis=1))
-    assert list(multi.columns) == [("method", "", ""), ("cct-paper", "peak memory (MB)", 0.1)]
+    assert list(multi.columns) == [("method", "", ""), ("cct-paper", "peak memory (MB)", "0.1")]
     html = page_table(pd.concat({("cct-paper", "ms/step"): pivot}, axis=1)).to_html()
     assert html.count("<tr>") >= 3 + 2 and "<th" not in html.split("<tbody>")[1]   # header rows, no index
+    assert 'class="dataframe"' in html and ">0.1</th>" in html

@@ -77,7 +77,8 @@ def page_frame(frame: pd.DataFrame) -> pd.DataFrame:
         shown = frame.reset_index()
     if isinstance(shown.columns, pd.MultiIndex):   # kept as header rows: short labels, narrow columns
         shown.columns = pd.MultiIndex.from_tuples(
-            [tuple(part if not isinstance(part, str) else _header(part) for part in label) for label in shown.columns])
+            [tuple(_header(part) if isinstance(part, str) else f"{part:g}" if isinstance(part, float) else str(part)
+                   for part in label) for label in shown.columns])
     else:
         shown.columns = [_header(label, frame.columns.name) for label in shown.columns]
     return shown
@@ -98,7 +99,8 @@ def page_table(frame: pd.DataFrame, decimals: int = 2):
             formats[column] = lambda v: f"{v:,}"
         elif pd.api.types.is_float_dtype(values):
             formats[column] = _float_format(values, decimals)
-    return shown.style.hide(axis="index").format(formats, na_rep="")
+    # the "dataframe" class gives it the compact table style myst-nb gives pandas' own tables
+    return shown.style.hide(axis="index").format(formats, na_rep="").set_table_attributes('class="dataframe"')
 
 
 def _html(frame: pd.DataFrame) -> str:
