@@ -40,9 +40,15 @@ def test_the_build_logs_each_notebook_and_times_every_step(tmp_path, monkeypatch
     monkeypatch.setattr(build, "vendor_mathjax", lambda stage, cache: None)
     monkeypatch.setattr(build, "execute_notebook", fake_papermill)
     monkeypatch.setattr(build, "build_html", lambda stage: stage / "_build" / "html" / "index.html")
+    figures = []
+    monkeypatch.setattr(build, "write_mechanism_figures", figures.append)
     lines = []
     repo = fake_repo(tmp_path)
     result = build.run_book_build("smoke", tmp_path / "out", log=lines.append, repo=repo)
+
+    # the mechanism's figures are drawn into the stage, beside the pages that show them
+    assert figures == [tmp_path / "out" / "book" / "book" / "figures"]
+    assert lines.pop(0) == "drawing the mechanism's figures for the introduction and the method page"
 
     assert [name for name, _, _ in executed] == ["01_first.ipynb", "02_second.ipynb"]
     assert all(parameters == {"profile": "smoke"} for _, parameters, _ in executed)
