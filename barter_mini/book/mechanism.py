@@ -18,12 +18,10 @@ import torch
 from matplotlib.patches import Patch, Rectangle
 
 from ..core.barter import clone, prune_donors
-from ..core.models import CompactTransformer, build_model, get_model_config
-from ..core.unit_statistics import UnitStatistics
-from ..training.optimization import parameter_groups, seed_everything
-from ..training.step import training_step
+from ..core.models import get_model_config
+from ..training.optimization import seed_everything
 from .report import BARTER_COLOR
-from .walkthrough import donors_and_parents, receiver_and_k
+from .walkthrough import briefly_trained, donors_and_parents, receiver_and_k
 
 #: the figures :func:`write_mechanism_figures` writes, by file name
 FIGURES = ("compact_layer.png", "topology_update.png", "moment_remap.png")
@@ -38,14 +36,10 @@ def trained_compact_model(model_name: str = "cct-mini", density: float = 0.3, st
     not depend on the data). Returns ``(model, optimizer, statistics)``."""
     seed_everything(seed)
     config = get_model_config(model_name).for_data(32, 3, 10)
-    model: CompactTransformer = build_model(config, density)
-    optimizer = torch.optim.AdamW(parameter_groups(model, 0.05), lr=1e-3)
-    statistics = UnitStatistics(model)
     generator = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
-        images = torch.randn(32, 3, 32, 32, generator=generator)
-        labels = torch.randint(0, 10, (32,), generator=generator)
-        training_step(model, optimizer, images, labels)
+    batches = ((torch.randn(32, 3, 32, 32, generator=generator), torch.randint(0, 10, (32,), generator=generator))
+               for _ in range(steps))
+    model, optimizer, statistics = briefly_trained(config, density, batches)
     return model.eval(), optimizer, statistics
 
 

@@ -8,38 +8,33 @@ same files the notebooks compare against), as MyST substitutions: a page writes
 
 from __future__ import annotations
 
-from .experiments import read_paper_table
-
-#: the sparse methods whose Table 6 epoch times the introduction quotes as one range
-MASKED_TIMED = ("set", "snfs", "rigl", "srigl")
+from .experiments import paper_from_scratch, read_paper_table
 
 
 def _accuracy(table, method: str, density: float) -> float:
     return float(table[(table["method"] == method) & (table["density"] == density)]["acc_mean"].iloc[0])
 
 
-def accuracy_table() -> str:
+def accuracy_table(paper) -> str:
     """The introduction's table: Static and BARTER (Table 13) beside RigL (Table 1), CCT on
-    CIFAR-100, Top-1 (%) per density, as Markdown."""
-    table13 = read_paper_table("table13_static_vs_barter_cct_cifar100")
-    table1 = read_paper_table("table01_from_scratch_cct_cifar100")
+    CIFAR-100, Top-1 (%) per density, as Markdown (``paper``: :func:`paper_from_scratch`)."""
     lines = ["| density | static compact model | BARTER | RigL |", "|---:|---:|---:|---:|"]
-    for density in sorted(table13["density"].unique()):
-        lines.append(f"| {density:g} | {_accuracy(table13, 'static', density):.2f} | "
-                     f"{_accuracy(table13, 'barter', density):.2f} | {_accuracy(table1, 'rigl', density):.2f} |")
+    for density in sorted(paper[paper["method"] == "barter"]["density"]):
+        lines.append(f"| {density:g} | " + " | ".join(f"{_accuracy(paper, method, density):.2f}"
+                                                     for method in ("static", "barter", "rigl")) + " |")
     return "\n".join(lines)
 
 
 def paper_substitutions() -> dict[str, str]:
     """Every paper number the Markdown pages quote, by substitution key."""
-    table1 = read_paper_table("table01_from_scratch_cct_cifar100")
+    paper = paper_from_scratch()
     iphone = read_paper_table("table02_iphone_cct").set_index("method")["s_per_epoch"]
     epochs = read_paper_table("table06_08_epoch_time_gpu")
     cct = epochs[epochs["model"] == "cct-paper"]
-    masked = cct[cct["method"].isin(MASKED_TIMED)]["s_per_epoch_mean"]
+    masked = cct[cct["method"] != "dense"]["s_per_epoch_mean"]     # SET, SNFS, RigL and SRigL
     return {
-        "paper_accuracy_table": accuracy_table(),
-        "paper_dense_acc": f"{_accuracy(table1, 'dense', 1.0):.2f}",
+        "paper_accuracy_table": accuracy_table(paper),
+        "paper_dense_acc": f"{_accuracy(paper, 'dense', 1.0):.2f}",
         "iphone_dense_s": f"{iphone['dense']:,.2f}",
         "iphone_rigl_s": f"{iphone['rigl']:,.2f}",
         "iphone_barter_s": f"{iphone['barter']:,.2f}",

@@ -57,10 +57,15 @@ def run_multipliers(setup: Profile, multipliers, density: float, seeds, progress
     return pd.DataFrame(rows)
 
 
+def _paper_multipliers() -> pd.DataFrame:
+    """Tables 16 and 17 (ViT/Tiny-ImageNet, rho = 0.5), indexed by multiplier."""
+    return read_paper_table("table16_17_transfer_multiplier_vit").set_index("multiplier")
+
+
 def multipliers_beside_paper(runs: pd.DataFrame) -> pd.DataFrame:
     """Tables 16 and 17 layout, ours (mean ± sample std over seeds) beside the paper's
     (ViT/Tiny-ImageNet, rho = 0.5)."""
-    paper = read_paper_table("table16_17_transfer_multiplier_vit").set_index("multiplier")
+    paper = _paper_multipliers()
     rows = []
     for multiplier, own in runs.groupby("multiplier"):
         theirs = paper.loc[multiplier] if multiplier in paper.index else None
@@ -87,7 +92,7 @@ def plot_multipliers(runs: pd.DataFrame):
     per training step (right) against the transfer multiplier, ours beside the paper's
     (ViT/Tiny-ImageNet, rho = 0.5). Gains, not accuracies, share an axis: the two tasks'
     accuracies are far apart, what moving more units adds is comparable."""
-    paper = read_paper_table("table16_17_transfer_multiplier_vit").set_index("multiplier")
+    paper = _paper_multipliers()
     ours = _by_multiplier(runs)
     base = ours["acc", "mean"].iloc[0]
     fig, (gain_ax, cost_ax) = plt.subplots(1, 2, figsize=(10, 4.2), constrained_layout=True)
@@ -117,7 +122,7 @@ def what_this_showed(runs: pd.DataFrame) -> str:
     ours = _by_multiplier(runs)
     if len(ours) < 2:
         return "One multiplier was trained, so there is nothing to compare: pass several (`-y \"multipliers: [1, 4]\"`)."
-    paper = read_paper_table("table16_17_transfer_multiplier_vit").set_index("multiplier")
+    paper = _paper_multipliers()
     low, high = ours.index[0], ours.index[-1]
     gain = ours.loc[high, ("acc", "mean")] - ours.loc[low, ("acc", "mean")]
     seeds = int(runs.groupby("multiplier").size().min())

@@ -41,13 +41,21 @@ def warmed_up_model(profile: Profile, density: float, seed: int = 0, steps: int 
     loader, _, _ = make_loaders(splits, batch_size, seed)
     info = splits.info
     config = get_model_config(profile.model).for_data(info.img_size, info.in_chans, info.num_classes)
-    model: CompactTransformer = build_model(config, density)
-    optimizer = torch.optim.AdamW(parameter_groups(model, 0.05), lr=lr)
-    statistics = UnitStatistics(model)          # the method's own pruning score (one default for both)
-    for x, y in islice(cycle(loader), steps):
-        training_step(model, optimizer, x, y)
+    model, optimizer, statistics = briefly_trained(config, density, islice(cycle(loader), steps), lr)
     probe = next(iter(loader))[0][:32]
     return model.eval(), optimizer, statistics, probe
+
+
+def briefly_trained(config, density: float, batches, lr: float = 1e-3):
+    """A compact model of ``config`` at ``density`` trained one AdamW step per ``(images,
+    labels)`` batch, with its statistics hooks attached (the method's own pruning score, one
+    default for both kinds). Returns ``(model, optimizer, statistics)``, the model in train mode."""
+    model: CompactTransformer = build_model(config, density)
+    optimizer = torch.optim.AdamW(parameter_groups(model, 0.05), lr=lr)
+    statistics = UnitStatistics(model)
+    for x, y in batches:
+        training_step(model, optimizer, x, y)
+    return model, optimizer, statistics
 
 
 def layer_scores(stats: list[LayerStatistics], counts: list[int]) -> pd.DataFrame:
