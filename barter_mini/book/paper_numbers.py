@@ -17,7 +17,8 @@ def _accuracy(table, method: str, density: float) -> float:
 
 def accuracy_table(paper) -> str:
     """The introduction's table: Static and BARTER (Table 13) beside RigL (Table 1), CCT on
-    CIFAR-100, Top-1 (%) per density, as Markdown (``paper``: :func:`paper_from_scratch`)."""
+    CIFAR-100, Top-1 (%) per density, as Markdown (``paper``:
+    :func:`~barter_mini.book.experiments.paper_from_scratch`)."""
     lines = ["| density | static compact model | BARTER | RigL |", "|---:|---:|---:|---:|"]
     for density in sorted(paper[paper["method"] == "barter"]["density"]):
         lines.append(f"| {density:g} | " + " | ".join(f"{_accuracy(paper, method, density):.2f}"
