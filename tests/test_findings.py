@@ -68,7 +68,7 @@ def test_transfer_counts_conclusion_and_figure():
     figure = plot_multipliers(_multiplier_runs())
     gain_ax, cost_ax = figure.axes
     labels = sorted(t.get_text() for t in gain_ax.get_legend().get_texts())
-    assert labels == ["here (mean ± std over seeds)", "paper, ViT/Tiny-ImageNet (Table 16)"]
+    assert labels == ["barter, here (mean ± std over seeds)", "paper, ViT/Tiny-ImageNet (Table 16)"]
     assert list(gain_ax.get_xticks()) == [1, 2, 4, 6]
 
 

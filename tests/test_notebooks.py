@@ -61,7 +61,8 @@ CALLS = {"01_walkthrough.ipynb": ("walkthrough_run(", "donors_and_parents("),
          "04_efficiency.ipynb": ("compute_beside_paper(", "readable(beside", "readable(updates"),
          "06_finetuning.ipynb": ("run_finetuning(", "finetuning_beside_paper(", "compute_matched_gains(",
                                  "reading_the_results("),
-         "07_optimizer_state.ipynb": ("run_policies(", "policy_table(", "plot_loss_around_updates("),
+         "07_optimizer_state.ipynb": ("run_policies(", "policy_table(", "plot_loss_around_updates(",
+                                     "reading_the_results("),
          "08_transfer_counts.ipynb": ("run_multipliers(", "multipliers_beside_paper(")}
 
 

@@ -18,10 +18,11 @@ import torch  # noqa: E402
 from matplotlib import pyplot as plt  # noqa: E402
 from matplotlib.colors import to_rgb  # noqa: E402
 
-from barter_mini.book import experiments  # noqa: E402
+from barter_mini.book import experiments, report  # noqa: E402
 from barter_mini.book.efficiency import PAPER_COMPUTE_TABLES, compute_beside_paper  # noqa: E402
 from barter_mini.book.experiments import accuracy_beside_step_time, read_paper_table, run_grid  # noqa: E402
 from barter_mini.book.profiles import PROFILES  # noqa: E402
+from barter_mini.book.tables import HEADERS, column_words  # noqa: E402
 from barter_mini.book.report import (BARTER_COLOR, COMPUTE_COLUMNS, METHOD_MARKERS, METHOD_ORDER,  # noqa: E402
                                      METHOD_PALETTE,
                                      RATIO_COLUMNS, RUN_COLUMNS, STEP_TIME_COLUMNS, TRANSFER_COST_COLUMNS,
@@ -259,7 +260,20 @@ def test_page_tables_name_columns_the_notebooks_produce(bench_rows, monkeypatch)
     monkeypatch.setattr(experiments, "cached_train", fake_train)
     runs = run_grid(PROFILES["smoke"], ["dense", "barter"], [0.3], [0], progress=False)
     shown = readable(runs, RUN_COLUMNS, 2)
-    assert list(shown.columns) == list(RUN_COLUMNS.values()) and list(shown["Top-1 (%)"]) == [50.0, 50.0]
+    assert list(shown.columns) == ["method", "density", "seed", "Top-1 (%)", "macro-F1 (%)", "wall time (s)",
+                                   "parameters", "heads"]
+    assert list(shown["Top-1 (%)"]) == [50.0, 50.0]
+
+
+def test_every_column_list_takes_its_words_from_the_one_header_map():
+    """A column reads the same in every table: the lists name columns, tables.HEADERS words them."""
+    lists = {name: value for name, value in vars(report).items() if name.endswith("_COLUMNS")}
+    assert len(lists) >= 9
+    for name, columns in lists.items():
+        assert isinstance(columns, tuple) and all(isinstance(c, str) for c in columns), name
+        frame = pd.DataFrame({column: [1.0] for column in columns})
+        assert list(readable(frame, columns).columns) == [column_words(c) for c in columns], name
+    assert column_words("update_ms_per_step") == HEADERS["update_ms_per_step"] == "update ms/step"
 
 
 # --- the walkthrough's update, step by step --------------------------------------------------

@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..errors import BarterError
 from .experiments import read_paper_table
-from .profiles import settings_markdown
+from .tables import settings_markdown
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,9 @@ from ..training.recipes import get_recipe
 from ..training.run_config import RunConfig
 from ..core.models import get_model_config
 from .experiments import mean_std, profile_run, read_paper_table
-from .profiles import Profile, settings_markdown
-from .report import method_legend, method_style
+from .profiles import Profile
+from .report import method_legend, method_style, require_method_legend
+from .tables import settings_markdown
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,7 @@ def plot_compute_matched(summary: pd.DataFrame, paper: pd.DataFrame | None = Non
         ax.set_ylabel("test Top-1 accuracy (%)")
         ax.set_title(title)
     method_legend(fig, columns=3)
+    require_method_legend(fig)
     return fig
 
 

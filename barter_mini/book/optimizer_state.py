@@ -27,12 +27,14 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from tqdm import tqdm
 
+from ..core.barter import BarterSettings
 from ..errors import BarterError, check_list
+from ..masked.base import MaskedSettings
 from ..training.cache import cached_train
 from ..training.run_config import RunConfig
 from .experiments import mean_std, profile_run
 from .profiles import Profile
-from .report import METHOD_PALETTE
+from .report import METHOD_PALETTE, require_method_legend
 
 #: (method, policy) -> the settings that choose the policy
 POLICIES: dict[tuple[str, str], dict] = {
@@ -44,6 +46,8 @@ POLICIES: dict[tuple[str, str], dict] = {
 }
 #: steps after an update whose mean loss change is a run's "spike"
 SPIKE_STEPS = 3
+#: each method's default policy, the one the others are measured against
+DEFAULT_POLICIES = {"barter": BarterSettings.clone_moments, "rigl": MaskedSettings.regrow_moments}
 
 
 def check_policies(labels) -> list[tuple[str, str]]:
@@ -82,8 +86,9 @@ def run_policies(setup: Profile, labels, density: float, seeds, progress: bool =
     """Train (or read from the cache) every policy on every seed.
 
     Returns ``(runs, changes)``: one row per run (method, policy, seed, validation and test
-    Top-1 (%), the mean loss change over the :data:`SPIKE_STEPS` steps after an update,
-    averaged over the run's updates), and per run, offset the mean loss change over its updates.
+    Top-1 (%), the number of updates, the mean loss change over the :data:`SPIKE_STEPS` steps
+    after an update, averaged over the run's updates, and the heads and FFN channels the run
+    moved between layers), and per run, offset the mean loss change over its updates.
     """
     pairs = check_policies(labels)
     runs, changes = [], []
@@ -92,8 +97,10 @@ def run_policies(setup: Profile, labels, density: float, seeds, progress: bool =
         change = loss_changes(metrics)
         per_offset = change.groupby("offset", as_index=False)["change"].mean()
         spike = per_offset[(per_offset["offset"] >= 1) & (per_offset["offset"] <= SPIKE_STEPS)]["change"].mean()
+        moved = metrics.get("transfers_executed") or {"heads": 0, "ffn": 0}
         runs.append({"method": method, "policy": policy, "seed": seed, "val_acc": 100 * metrics["val_acc"],
-                     "acc": 100 * metrics["test_acc"], "updates": change["update"].nunique(), "spike": spike})
+                     "acc": 100 * metrics["test_acc"], "updates": change["update"].nunique(), "spike": spike,
+                     "head_transfers": moved["heads"], "ffn_transfers": moved["ffn"]})
         changes.append(per_offset.assign(method=method, policy=policy, seed=seed))
     return pd.DataFrame(runs), pd.concat(changes, ignore_index=True)
 
@@ -123,11 +130,82 @@ def plot_loss_around_updates(changes: pd.DataFrame):
         own = changes[changes["method"] == method]
         for style, (policy, rows) in zip(styles, own.groupby("policy", sort=False)):
             mean = rows.groupby("offset")["change"].mean()
-            ax.plot(mean.index, mean.values, style, marker="o", ms=3, color=METHOD_PALETTE[method], label=policy)
+            ax.plot(mean.index, mean.values, style, marker="o", ms=3, color=METHOD_PALETTE[method],
+                    label=f"{method}, {policy}")
         ax.axvline(0.5, color="0.6", lw=1)
         ax.axhline(0.0, color="0.8", lw=1)
         ax.set_xlabel("optimizer steps from the update (the update follows step 0)")
         ax.set_ylabel("training loss minus the mean before the update")
         ax.set_title(method)
         ax.legend(fontsize="small", title="new units' optimizer state")
+    require_method_legend(fig)
     return fig
+
+
+def _paired_with_default(runs: pd.DataFrame, method: str, policy: str) -> pd.Series:
+    """``policy``'s validation Top-1 minus its method's default policy's, seed by seed (the
+    seeds both have)."""
+    def by_seed(chosen: str) -> pd.Series:
+        return runs[(runs["method"] == method) & (runs["policy"] == chosen)].set_index("seed")["val_acc"]
+    own, default = by_seed(policy), by_seed(DEFAULT_POLICIES[method])
+    seeds = own.index.intersection(default.index)
+    return own.loc[seeds] - default.loc[seeds]
+
+
+def reading_the_results(runs: pd.DataFrame) -> str:
+    """Chapter 07's conclusion as Markdown bullets, composed from its runs
+    (:func:`run_policies`), so it states the page's own numbers:
+
+    * the cold start: per method and policy, the mean loss change over the
+      :data:`SPIKE_STEPS` steps after an update (positive: the loss rose, SMET's spike);
+    * each other policy against its method's default (:data:`DEFAULT_POLICIES`): validation
+      Top-1 paired by seed, mean ± sample std, and whether the mean is beyond one standard
+      error ``std / sqrt(n)`` of zero, the rule of the reallocation chapter;
+    * how many units a BARTER update moved, the size SMET's spikes depend on.
+    """
+    seeds = int(runs["seed"].nunique())
+    spikes = runs.groupby(["method", "policy"], sort=False)["spike"].mean()
+    per_method = "; ".join(
+        f"{method} " + ", ".join(f"{spike:+.3f} (`{policy}`)" for (m, policy), spike in spikes.items() if m == method)
+        for method in dict.fromkeys(spikes.index.get_level_values("method")))
+    rose = [f"{method}/{policy}" for (method, policy), spike in spikes.items() if spike > 0]
+    line = (f"**The cold start.** Over the {SPIKE_STEPS} steps after an update the training loss changed, "
+            f"against its mean over the steps before it, by {per_method} (mean over the updates of "
+            f"{seeds} seed{'s' if seeds > 1 else ''}). ")
+    line += (f"It rose under {', '.join(f'`{label}`' for label in rose)}: a cold start, SMET's spike."
+             if rose else "It fell under every policy: there is no cold start to cure here.")
+    lines = [line]
+    gaps, beyond = [], []
+    for (method, policy) in spikes.index:
+        default = DEFAULT_POLICIES.get(method)
+        if policy == default or not ((runs["method"] == method) & (runs["policy"] == default)).any():
+            continue
+        diff = _paired_with_default(runs, method, policy)
+        if diff.empty:
+            continue
+        spread = f" ± {diff.std():.2f}" if len(diff) > 1 else ""
+        gaps.append(f"{method} `{policy}` {diff.mean():+.2f}{spread} points against `{default}`")
+        if len(diff) > 1 and diff.mean() > diff.std() / len(diff) ** 0.5:
+            beyond.append(f"{method} `{policy}`")
+    if gaps:
+        lines.append("**Accuracy against the default.** Validation Top-1, paired by seed: " + "; ".join(gaps) + ".")
+        if seeds < 2:
+            lines.append("One seed cannot tell a policy's gain from the seed-to-seed noise: pass five "
+                         "(`-y \"seeds: [0, 1, 2, 3, 4]\"`) before reading a direction into these numbers.")
+        elif beyond:
+            lines.append(f"Above its default by more than one standard error: {', '.join(beyond)}; a case "
+                         "to confirm on more seeds before a default changes.")
+        else:
+            lines.append("No policy is above its method's default by more than one standard error, so nothing "
+                         "here argues for changing the defaults ("
+                         + ", ".join(f"`{policy}` for {method}" for method, policy in DEFAULT_POLICIES.items())
+                         + ").")
+    barter = runs[(runs["method"] == "barter") & (runs["updates"] > 0)]
+    if not barter.empty and {"head_transfers", "ffn_transfers"} <= set(barter.columns):
+        heads = (barter["head_transfers"] / barter["updates"]).mean()
+        ffn = (barter["ffn_transfers"] / barter["updates"]).mean()
+        lines.append(f"**The size of an update.** A BARTER update here moved {heads:.1f} heads and {ffn:.1f} FFN "
+                     "channels on average. SMET's spikes come from large sparse models whose new weights are a "
+                     "large share of a tensor: rerun the chapter at a low density or on the `paper` profile to "
+                     "see whether the spike appears when updates are larger.")
+    return "\n".join(f"* {line}" for line in lines)

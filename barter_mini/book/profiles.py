@@ -8,33 +8,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 from ..core.budgets import check_density, compute_budget
 from ..core.models import get_model_config
 from ..errors import check_list, check_seed, choose
 from ..training.data import DATASETS
-
-
-def settings_markdown(settings, title: str, none_means: dict[str, str] | None = None) -> str:
-    """A settings dataclass as a small Markdown table (setting, value) for a notebook page;
-    a None value reads as ``none_means[field]`` (e.g. "all"), else as a dash."""
-    none_means = none_means or {}
-    rows = [f"| {field.name.replace('_', ' ')} | {_readable(getattr(settings, field.name), none_means.get(field.name))} |"
-            for field in fields(settings)]
-    return "\n".join([f"**{title}**", "", "| setting | value |", "|---|---|", *rows])
-
-
-def _readable(value, none_means: str | None = None) -> str:
-    if value is None:
-        return none_means or "-"
-    if isinstance(value, tuple):
-        return ", ".join(f"({_readable(v)})" if isinstance(v, tuple) else _readable(v) for v in value)
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, str):
-        return f"`{value}`"
-    return f"{value:,}" if isinstance(value, int) else str(value)
+from .tables import settings_markdown
 
 
 @dataclass(frozen=True)

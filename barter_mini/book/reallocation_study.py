@@ -28,6 +28,7 @@ from ..training.recipes import get_recipe
 from ..training.run_config import RunConfig
 from .experiments import mean_std, profile_run
 from .profiles import Profile
+from .report import require_method_legend
 
 
 @dataclass(frozen=True)
@@ -304,6 +305,7 @@ def plot_paired(runs: pd.DataFrame, reference: str, labels=None):
     ax.set_ylabel("validation Top-1 (%)")
     ax.set_xticks(sorted(set(runs["seed"])))
     ax.legend(fontsize="small", ncols=2)
+    require_method_legend(fig)
     return fig
 
 

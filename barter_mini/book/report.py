@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import colorsys
+from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.collections import LineCollection, PathCollection, PolyCollection
+from matplotlib.colors import to_rgba
 
 from ..core.barter import BarterSettings, TransferSchedule
 from ..core.budgets import PAPER_TABLE3, compute_budget, initial_allocation
 from ..core.models import get_model_config
 from ..errors import BarterError
 from .experiments import final_allocations
+from .tables import column_words
 
 
 def budget_table(densities=(0.1, 0.3, 0.5, 0.7), models=("cct-paper", "vit-paper", "cct-mini")) -> pd.DataFrame:
@@ -41,17 +45,21 @@ def _span(counts) -> str:
     return f"{low}" if low == high else f"{low}-{high}"
 
 
-def readable(frame: pd.DataFrame, columns: dict[str, str], decimals: int | dict[str, int] = 2) -> pd.DataFrame:
+def readable(frame: pd.DataFrame, columns: Sequence[str] | dict, decimals: int | dict[str, int] = 2) -> pd.DataFrame:
     """The columns of ``frame`` a reader needs, under readable headers and rounded, to display
     on a page (write the full ``frame`` to the CSV file, not this).
 
-    ``columns`` maps each column to show to its header, in the order shown. ``decimals``
+    ``columns`` lists the columns to show, in the order shown: a sequence of column names
+    (headed by their words in :data:`~barter_mini.book.tables.HEADERS`, as every table of the
+    book is) or, for a header only one page uses, a dict from column to header. ``decimals``
     rounds every float column to that many decimals (an int) or only the columns named in
     a dict (keyed by ``frame``'s column names). A missing value (no number there) shows as
     a blank cell, and the rest of its column then as text with the same decimals. An
     unnamed index (row numbers) is renumbered from 0; a named one, such as a pivot
     table's ``method``, is kept.
     """
+    if not isinstance(columns, dict):
+        columns = {name: column_words(name) for name in columns}
     missing = [name for name in columns if name not in frame.columns]
     if missing:
         raise BarterError(f"no column {', '.join(map(repr, missing))} to show: the frame has "
@@ -71,49 +79,37 @@ def readable(frame: pd.DataFrame, columns: dict[str, str], decimals: int | dict[
     return shown.rename(columns=columns)
 
 
-# Headers break at spaces: a page's content column is under 700 pixels wide on a 1280-pixel
-# screen, and a header such as "train_gflops_per_image" cannot wrap.
+# The tables below list column names only: their headers are the words of
+# barter_mini.book.tables.HEADERS, so a column reads the same in every table of the book.
 
 #: the from-scratch runs on the page (the CSV keeps validation scores and FFN channels)
-RUN_COLUMNS = {"method": "method", "density": "density", "seed": "seed", "acc": "Top-1 (%)",
-               "f1": "macro-F1 (%)", "wall_time_s": "wall time (s)", "params": "params",
-               "heads": "heads per layer"}
+RUN_COLUMNS = ("method", "density", "seed", "acc", "f1", "wall_time_s", "params", "heads")
 #: compute and size beside the paper (from :func:`~barter_mini.book.efficiency.compute_beside_paper`)
-COMPUTE_COLUMNS = {"model": "model", "method": "method", "density": "density",
-                   "train_gflops_per_image": "GFLOPs per image",
-                   "paper_train_gflops_per_image": "paper GFLOPs per image",
-                   "params_m": "params (M)", "paper_params_m": "paper params (M)",
-                   "counted_train_gflops_per_image": "counted GFLOPs (fwd + bwd)"}
+COMPUTE_COLUMNS = ("model", "method", "density", "train_gflops_per_image", "paper_train_gflops_per_image",
+                   "params_m", "paper_params_m", "counted_train_gflops_per_image")
 #: BARTER against RigL per density (from :func:`barter_mini.measure.bench_report.ratios`)
-RATIO_COLUMNS = {"density": "density", "speedup": "speedup per step", "ideal_speedup": "FLOPs-ideal speedup",
-                 "efficiency": "efficiency", "epoch_speedup": "speedup per epoch",
-                 "memory_fraction": "memory share", "update_percent_of_training": "updates (% of training)"}
+RATIO_COLUMNS = ("density", "speedup", "ideal_speedup", "efficiency", "epoch_speedup", "memory_fraction",
+                 "update_percent_of_training")
 #: BARTER's fixed work and the efficiency without it (from :func:`barter_mini.measure.bench_report.fixed_work`)
-FIXED_WORK_COLUMNS = {"model": "model", "density": "density", "efficiency": "efficiency",
-                      "fixed_ms": "fixed ms/step", "fixed_share": "fixed share",
-                      "rigl_fixed_ms": "RigL's fixed ms/step", "efficiency_without_fixed": "efficiency without it"}
+FIXED_WORK_COLUMNS = ("model", "density", "efficiency", "fixed_ms", "fixed_share", "rigl_fixed_ms",
+                      "efficiency_without_fixed")
 #: an execution against eager (from :func:`barter_mini.measure.bench_report.execution_effects`)
-EXECUTION_COLUMNS = {"model": "model", "method": "method", "density": "density", "execution": "execution",
-                     "step_speedup": "speedup", "memory_fraction": "memory",
-                     "compile_s": "compile (s)", "compile_s_per_schedule": "schedule (s)"}
+EXECUTION_COLUMNS = ("model", "method", "density", "execution", "step_speedup", "memory_fraction",
+                     "compile_s", "compile_s_per_schedule")
 #: BARTER against RigL under each execution (a narrower :data:`RATIO_COLUMNS`)
-EXECUTION_RATIO_COLUMNS = {"model": "model", "execution": "execution", "density": "density",
-                           "speedup": "speedup per step", "ideal_speedup": "FLOPs-ideal", "efficiency": "efficiency",
-                           "memory_fraction": "memory share"}
+EXECUTION_RATIO_COLUMNS = ("model", "execution", "density", "speedup", "ideal_speedup", "efficiency",
+                           "memory_fraction")
 #: the topology updates' cost per method and density (bench rows)
-UPDATE_COST_COLUMNS = {"method": "method", "density": "density", "update_ms": "ms/update",
-                       "updates_per_schedule": "updates per schedule", "update_s_per_schedule": "s per schedule",
-                       "update_ms_per_step": "ms/step", "update_percent_of_training": "% of training"}
+UPDATE_COST_COLUMNS = ("method", "density", "update_ms", "updates_per_schedule", "update_s_per_schedule",
+                       "update_ms_per_step", "update_percent_of_training")
 #: decimals of the update-cost table: BARTER's per-step costs are hundredths of a millisecond
 UPDATE_COST_DECIMALS = {"update_ms": 2, "update_s_per_schedule": 3, "update_ms_per_step": 4,
                         "update_percent_of_training": 4}
 #: the paper's Tables 16 and 17 (transfer multiplier and update cost, ViT)
-TRANSFER_COST_COLUMNS = {"multiplier": "multiplier", "head_transfers": "head transfers",
-                         "ffn_transfers": "FFN transfers", "update_ms_per_step": "ms/step",
-                         "update_s_per_schedule": "s per schedule"}
+TRANSFER_COST_COLUMNS = ("multiplier", "head_transfers", "ffn_transfers", "update_ms_per_step",
+                         "update_s_per_schedule")
 #: Figure 1's points (from :func:`~barter_mini.book.experiments.accuracy_beside_step_time`)
-STEP_TIME_COLUMNS = {"method": "method", "density": "density", "step_ms": "ms/step", "acc": "Top-1 (%)",
-                     "runs": "runs"}
+STEP_TIME_COLUMNS = ("method", "density", "step_ms", "acc", "runs")
 
 
 def plot_training_curves(metrics: dict, ax=None):
@@ -219,6 +215,12 @@ def method_style(method: str) -> dict:
             "zorder": 3 if barter else 2}
 
 
+def _method_named(label: str) -> str:
+    """The method a legend label names: its first word, before any comma or space
+    ("barter", "barter, matched", "dense (rho = 1)")."""
+    return label.split(",")[0].split(" ")[0]
+
+
 def method_legend(fig, columns: int = 6):
     """One legend for the whole figure, below its panels and off the data: every label drawn
     in any panel once, methods in the book's order (BARTER first, where the eye starts),
@@ -228,13 +230,57 @@ def method_legend(fig, columns: int = 6):
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
     def rank(label: str) -> tuple[int, int]:
-        method = label.split(",")[0].split(" ")[0]
+        method = _method_named(label)
         if method == "barter":
             return (0, 0)
         return (1, METHOD_ORDER.index(method)) if method in METHOD_ORDER else (2, 0)
     labels = sorted(handles, key=rank)
     return fig.legend([handles[label] for label in labels], labels, loc="outside lower center",
                       ncols=min(columns, len(labels)), frameon=False, fontsize="small")
+
+
+#: how far (per RGB channel) a drawn colour may be from a method's and still be that method's
+COLOUR_TOLERANCE = 1e-3
+
+
+def _drawn_colours(ax) -> list[tuple[float, float, float]]:
+    """The visible colours of what ``ax`` draws: lines and their markers (errorbar data
+    lines and caps among them), scatter points, errorbar and filled bands, bar patches."""
+    colours = []
+    for line in ax.get_lines():
+        colours += [line.get_color(), line.get_markerfacecolor(), line.get_markeredgecolor()]
+    for collection in ax.collections:
+        if isinstance(collection, (PathCollection, LineCollection, PolyCollection)):
+            colours += list(collection.get_facecolor()) + list(collection.get_edgecolor())
+    for patch in ax.patches:
+        colours += [patch.get_facecolor(), patch.get_edgecolor()]
+    return [rgba[:3] for rgba in map(to_rgba, colours) if rgba[3] > 0]     # "none" is transparent
+
+
+def methods_missing_from_legend(fig) -> list[str]:
+    """The methods ``fig`` draws in their colour (:data:`METHOD_PALETTE`, as
+    :func:`method_style` gives it) that no legend of the figure names (a figure legend or a
+    panel's; a label names the method it starts with, as in :func:`method_legend`), in the
+    book's method order."""
+    drawn = set()
+    for ax in fig.axes:
+        for colour in _drawn_colours(ax):
+            drawn |= {method for method, rgb in METHOD_PALETTE.items()
+                      if max(abs(a - b) for a, b in zip(colour, rgb)) <= COLOUR_TOLERANCE}
+    legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    named = {_method_named(text.get_text()) for legend in legends for text in legend.get_texts()}
+    return [method for method in METHOD_ORDER if method in drawn and method not in named]
+
+
+def require_method_legend(fig) -> None:
+    """Raise a one-line :class:`~barter_mini.errors.BarterError` when ``fig`` draws a method
+    its legends do not name (:func:`methods_missing_from_legend`): every book figure that
+    draws methods ends with this, so such a figure fails the book build."""
+    missing = methods_missing_from_legend(fig)
+    if missing:
+        title = next((ax.get_title() for ax in fig.axes if ax.get_title()), "")
+        raise BarterError(f"the figure{f' {title!r}' if title else ''} draws {', '.join(missing)} in "
+                          "its colour but no legend names it: label what draws it")
 
 
 def _rows_per_method(frame: pd.DataFrame, sort_by: str, among=None):
@@ -266,6 +312,7 @@ def plot_accuracy_against_density(summary: pd.DataFrame, paper: pd.DataFrame | N
         ax.set_ylabel("test Top-1 accuracy (%)")
         ax.set_title(title)
     method_legend(fig)
+    require_method_legend(fig)
     return fig
 
 
@@ -288,6 +335,7 @@ def plot_ablation_differences(differences: pd.DataFrame, reference: str = "barte
     ax.set_xlabel("variant")
     ax.set_ylabel(f"variant minus {reference} (percentage points)")
     ax.margins(y=0.3)
+    require_method_legend(fig)
     return fig
 
 
@@ -343,6 +391,7 @@ def plot_compute_and_size(rows_by_model: dict):
         ax.set_ylabel("training GFLOPs per image (3 x forward)")
         ax.set_title(model)
     method_legend(fig)
+    require_method_legend(fig)
     return fig
 
 
@@ -364,6 +413,7 @@ def plot_cost_against_density(rows, title: str = ""):
         ax.set_ylim(bottom=0)
         ax.set_title(f"{title}: {label}" if title else label)
     method_legend(fig)
+    require_method_legend(fig)
     return fig
 
 
@@ -380,6 +430,7 @@ def plot_accuracy_against_step_time(points: pd.DataFrame):
     ax.set_xlabel("median training step time (ms)")
     ax.set_ylabel("test Top-1 accuracy (%)")
     method_legend(fig, columns=4)
+    require_method_legend(fig)
     return fig
 
 

@@ -3,16 +3,22 @@ blank cells where there is no number, numbers formatted by their kind.
 
 :func:`page_table` styles one frame; :func:`use_page_tables` makes every DataFrame a notebook
 displays go through it, so a chapter's cells can end with the frame they computed (the CSV
-files keep the raw columns).
+files keep the raw columns). :func:`settings_markdown` shows a settings object (a profile, a
+chapter's setup) as a two-column Markdown table.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 
 import pandas as pd
 
-#: the words for the raw column names the book's frames carry
+#: the words for the raw column names the book's frames carry: the one place a column's header
+#: is written, for the tables :func:`page_table` shows and for the column lists of
+#: :mod:`barter_mini.book.report` (a name not listed reads with its underscores as spaces).
+#: Headers break at spaces: a page's content column is under 700 pixels wide on a 1280-pixel
+#: screen, and a header such as "train_gflops_per_image" cannot wrap.
 HEADERS = {
     "acc": "Top-1 (%)", "f1": "macro-F1 (%)", "val_acc": "validation Top-1 (%)",
     "acc_mean": "Top-1 (%)", "acc_std": "Top-1 std", "f1_mean": "macro-F1 (%)", "f1_std": "macro-F1 std",
@@ -21,10 +27,24 @@ HEADERS = {
     "heads_planned": "heads planned", "ffn_planned": "FFN channels planned",
     "head_transfers": "heads moved", "ffn_transfers": "FFN channels moved",
     "update_ms_per_step": "update ms/step", "update_s_per_schedule": "update s per schedule",
-    "update_ms": "ms/update", "pflops": "PFLOPs", "s_per_epoch_mean": "s/epoch",
-    "train_gflops_per_image": "GFLOPs per image", "step_ms": "ms/step", "epoch_s": "s/epoch",
-    "peak_mem_mb": "peak memory (MB)",
+    "update_ms": "ms/update", "updates_per_schedule": "updates per schedule",
+    "update_percent_of_training": "updates (% of training)", "pflops": "PFLOPs", "s_per_epoch_mean": "s/epoch",
+    "train_gflops_per_image": "GFLOPs per image", "paper_train_gflops_per_image": "paper GFLOPs per image",
+    "counted_train_gflops_per_image": "counted GFLOPs (fwd + bwd)",
+    "params_m": "params (M)", "paper_params_m": "paper params (M)",
+    "step_ms": "ms/step", "epoch_s": "s/epoch", "peak_mem_mb": "peak memory (MB)",
+    "speedup": "speedup per step", "epoch_speedup": "speedup per epoch", "ideal_speedup": "FLOPs-ideal speedup",
+    "step_speedup": "speedup", "memory_fraction": "memory share",
+    "fixed_ms": "fixed ms/step", "fixed_share": "fixed share", "rigl_fixed_ms": "RigL's fixed ms/step",
+    "efficiency_without_fixed": "efficiency without it",
+    "compile_s": "compile (s)", "compile_s_per_schedule": "schedule (s)",
 }
+
+
+def column_words(name: str) -> str:
+    """The header of raw column ``name`` (:data:`HEADERS`)."""
+    return HEADERS.get(name, name.replace("_", " "))
+
 
 #: a float column whose non-zero magnitudes span more than this factor is shown with
 #: significant digits (15.3 beside 2.49e-05) rather than a fixed number of decimals
@@ -35,7 +55,7 @@ def _header(label, axis_name=None) -> str:
     if isinstance(label, tuple):
         return ", ".join(_header(part) for part in label if str(part) != "")
     if isinstance(label, str):
-        return HEADERS.get(label, label.replace("_", " "))
+        return column_words(label)
     named = HEADERS.get(axis_name, str(axis_name).replace("_", " ")) if axis_name else ""
     return f"{named} {label:g}".strip() if isinstance(label, float) else f"{named} {label}".strip()
 
@@ -117,3 +137,24 @@ def use_page_tables() -> None:
     shell = get_ipython()
     if shell is not None:
         shell.display_formatter.formatters["text/html"].for_type(pd.DataFrame, _html)
+
+
+def settings_markdown(settings, title: str, none_means: dict[str, str] | None = None) -> str:
+    """A settings dataclass as a small Markdown table (setting, value) for a notebook page;
+    a None value reads as ``none_means[field]`` (e.g. "all"), else as a dash."""
+    none_means = none_means or {}
+    rows = [f"| {field.name.replace('_', ' ')} | "
+            f"{_setting_text(getattr(settings, field.name), none_means.get(field.name))} |" for field in fields(settings)]
+    return "\n".join([f"**{title}**", "", "| setting | value |", "|---|---|", *rows])
+
+
+def _setting_text(value, none_means: str | None = None) -> str:
+    if value is None:
+        return none_means or "-"
+    if isinstance(value, tuple):
+        return ", ".join(f"({_setting_text(v)})" if isinstance(v, tuple) else _setting_text(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        return f"`{value}`"
+    return f"{value:,}" if isinstance(value, int) else str(value)

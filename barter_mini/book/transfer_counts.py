@@ -23,7 +23,7 @@ from ..training.cache import cached_train
 from ..training.run_config import RunConfig
 from .experiments import mean_std, profile_run, read_paper_table
 from .profiles import Profile
-from .report import BARTER_COLOR
+from .report import BARTER_COLOR, require_method_legend
 
 def multiplier_run(setup: Profile, multiplier: float, density: float, seed: int) -> RunConfig:
     """The profile's BARTER run with the paper's transfer counts times ``multiplier``."""
@@ -97,13 +97,13 @@ def plot_multipliers(runs: pd.DataFrame):
     base = ours["acc", "mean"].iloc[0]
     fig, (gain_ax, cost_ax) = plt.subplots(1, 2, figsize=(10, 4.2), constrained_layout=True)
     gain_ax.errorbar(ours.index, ours["acc", "mean"] - base, yerr=ours["acc", "std"].fillna(0), marker="o",
-                     color=BARTER_COLOR, capsize=3, label="here (mean ± std over seeds)")
+                     color=BARTER_COLOR, capsize=3, label="barter, here (mean ± std over seeds)")
     gain_ax.plot(paper.index, paper["acc_mean"] - paper["acc_mean"].iloc[0], marker="s", linestyle="--",
                  color="0.35", label="paper, ViT/Tiny-ImageNet (Table 16)")
     gain_ax.axhline(0, color="0.8", linewidth=0.8)
     gain_ax.set(xlabel="transfer multiplier", ylabel=f"Top-1 minus the {ours.index[0]:g}x run (points)",
                 title="What moving more units buys")
-    cost_ax.plot(ours.index, ours["update_ms_per_step", "mean"], marker="o", color=BARTER_COLOR, label="here")
+    cost_ax.plot(ours.index, ours["update_ms_per_step", "mean"], marker="o", color=BARTER_COLOR, label="barter, here")
     cost_ax.plot(paper.index, paper["update_ms_per_step"], marker="s", linestyle="--", color="0.35",
                  label="paper, on an NVIDIA L40 (Table 17)")
     cost_ax.set(xlabel="transfer multiplier", ylabel="update time per training step (ms)",
@@ -111,6 +111,7 @@ def plot_multipliers(runs: pd.DataFrame):
     for ax in (gain_ax, cost_ax):
         ax.set_xticks(sorted(set(ours.index) | set(paper.index)))
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize="small", frameon=False)  # off the data
+    require_method_legend(fig)
     return fig
 
 

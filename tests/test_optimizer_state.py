@@ -1,0 +1,62 @@
+"""Chapter 07 ends with a conclusion composed from its own runs."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from barter_mini.book.optimizer_state import DEFAULT_POLICIES, reading_the_results
+
+
+def _runs(seeds=(0, 1, 2), spike=-0.02, warmup_gain=(0.1, -0.3, 0.2)) -> pd.DataFrame:
+    rows = []
+    for (method, policy), val_acc in ((("barter", "split"), 61.0), (("barter", "fresh"), 60.0),
+                                      (("barter", "warmup"), None), (("rigl", "reset"), 58.0),
+                                      (("rigl", "warmup"), 58.5)):
+        for i, seed in enumerate(seeds):
+            score = 60.0 + warmup_gain[i] if val_acc is None else val_acc + 0.1 * seed
+            rows.append({"method": method, "policy": policy, "seed": seed, "val_acc": score, "acc": score,
+                         "updates": 4, "spike": spike + (0.001 if policy == "fresh" else 0.0),
+                         "head_transfers": 6 if method == "barter" else 0,
+                         "ffn_transfers": 50 if method == "barter" else 0})
+    return pd.DataFrame(rows)
+
+
+def test_defaults_are_the_settings_defaults():
+    assert DEFAULT_POLICIES == {"barter": "fresh", "rigl": "reset"}
+
+
+def test_no_cold_start_and_a_policy_above_its_default():
+    text = reading_the_results(_runs())
+    assert "barter -0.020 (`split`), -0.019 (`fresh`), -0.020 (`warmup`); rigl -0.020 (`reset`)" in text
+    assert "(mean over the updates of 3 seeds)" in text
+    assert "It fell under every policy: there is no cold start to cure here." in text
+    # split: +1.00 on every seed; warmup: 60.1, 59.7, 60.2 minus 60.0, 60.1, 60.2
+    assert "barter `split` +1.00 ± 0.00 points against `fresh`" in text
+    assert "barter `warmup` -0.10 ± 0.26 points against `fresh`" in text
+    assert "rigl `warmup` +0.50 ± 0.00 points against `reset`" in text
+    assert "Above its default by more than one standard error: barter `split`, rigl `warmup`" in text
+    assert "A BARTER update here moved 1.5 heads and 12.5 FFN channels on average" in text
+    assert all(line.startswith("* ") for line in text.splitlines())
+
+
+def test_a_cold_start_and_no_gain_beyond_the_noise():
+    runs = _runs(spike=0.01)
+    runs = runs[(runs["policy"] != "split") & ~((runs["method"] == "rigl") & (runs["policy"] == "warmup"))]
+    text = reading_the_results(runs)
+    assert "It rose under `barter/fresh`, `barter/warmup`, `rigl/reset`: a cold start" in text
+    assert "No policy is above its method's default by more than one standard error" in text
+    assert "(`fresh` for barter, `reset` for rigl)" in text
+    assert "rigl `warmup`" not in text
+
+
+def test_one_seed_decides_nothing():
+    text = reading_the_results(_runs(seeds=(0,)))
+    assert "barter `split` +1.00 points against `fresh`" in text       # no std on one seed
+    assert "One seed cannot tell a policy's gain from the seed-to-seed noise" in text
+    assert "Above its default" not in text and "No policy is above" not in text
+    assert "1 seed)" in text
+
+
+def test_without_the_default_there_is_no_comparison():
+    text = reading_the_results(_runs()[lambda r: r["policy"] != "fresh"])
+    assert "against `fresh`" not in text and "rigl `warmup` +0.50" in text
