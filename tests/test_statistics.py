@@ -174,3 +174,57 @@ def test_statistics_saved_under_the_old_field_names_still_load(tiny_config):
         for a, b in zip(restored.layers[kind], stats.layers[kind]):
             assert torch.equal(a.pruning_ema, b.pruning_ema) and torch.equal(a.growth_ema, b.growth_ema)
             assert a.pruning_ema.abs().sum() > 0
+
+
+def _reference_step(model, layers, score: str, beta: float) -> None:
+    """The statistics as one hook per parameter computed them before they were batched:
+    each layer's reductions on its own tensors (``output_scores`` and the growth score)."""
+    from barter_mini.core.surgery import UNIT_KINDS, unit_parameters
+    from barter_mini.core.unit_statistics import output_scores
+    with torch.no_grad():
+        for kind in UNIT_KINDS:
+            for block, stats in zip(model.blocks, layers[kind]):
+                for spec in unit_parameters(block, kind):
+                    if spec.name != "weight":
+                        continue
+                    if spec.role == "out":
+                        value = output_scores(spec.tensor, score, spec.groups, spec.width, spec.axis)
+                        stats["pruning"].mul_(beta).add_(value, alpha=1 - beta)
+                        stats["age"] += 1
+                    else:
+                        grad_sq = spec.tensor.grad.square().sum(dim=1)
+                        units = stats["age"].numel()
+                        value = grad_sq.view(spec.groups, units, spec.width).sum(dim=(0, 2))
+                        stats["growth"].mul_(beta).add_(value, alpha=1 - beta)
+
+
+@pytest.mark.parametrize("family", ["cct", "vit"])
+@pytest.mark.parametrize("score", ["magnitude", "taylor-squared", "taylor-abs"])
+def test_batched_statistics_equal_the_per_parameter_reductions(family, score):
+    """All layers of a kind in one concatenated reduction give the per-layer reductions'
+    statistics over training steps: FFN channels bit for bit, heads (whose head_dim entries
+    are summed in another order) to float32 rounding, rtol 1e-6."""
+    from barter_mini.core.models import build_model, get_model_config
+    config = get_model_config(f"{family}-mini").for_data(16, 3, 10)
+    torch.manual_seed(0)
+    model = build_model(config, 0.5)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    stats = UnitStatistics(model, beta=0.8, pruning_score=score)
+    reference = {kind: [{"pruning": torch.zeros_like(s.pruning_ema), "growth": torch.zeros_like(s.growth_ema),
+                         "age": torch.zeros_like(s.age)} for s in layers] for kind, layers in stats.layers.items()}
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(4):
+        x = torch.randn(8, 3, 16, 16, generator=generator)
+        y = torch.randint(0, 10, (8,), generator=generator)
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        _reference_step(model, reference, score, 0.8)
+        optimizer.step()
+    for kind, layers in stats.layers.items():
+        for s, ref in zip(layers, reference[kind]):
+            assert torch.equal(s.age, ref["age"])
+            if kind == "ffn":
+                assert torch.equal(s.pruning_ema, ref["pruning"]) and torch.equal(s.growth_ema, ref["growth"])
+            else:
+                torch.testing.assert_close(s.pruning_ema, ref["pruning"], rtol=1e-6, atol=0)
+                torch.testing.assert_close(s.growth_ema, ref["growth"], rtol=1e-6, atol=0)

@@ -1,9 +1,9 @@
-"""Statistics of active units, gathered by hooks during the ordinary backward pass.
+"""Statistics of active units, gathered once per step from the ordinary backward pass.
 
 Only the compact tensors exist, so only active units can be scored; nothing here runs an
-extra forward or backward pass or builds a dense gradient. A hook fires on a parameter once
-its gradient is accumulated (``register_post_accumulate_grad_hook``) and folds a per-unit
-reduction of ``w * g`` or ``g ** 2`` into an exponential moving average (EMA, factor beta).
+extra forward or backward pass or builds a dense gradient. Once the gradients of a step are
+computed, a per-unit reduction of ``w * g``, ``w ** 2`` or ``g ** 2`` is folded into an
+exponential moving average (EMA, factor beta), for all layers of a unit kind at once.
 
 For unit ``i`` of a layer with output parameters ``W_out`` (the head's ``proj`` columns, the
 channel's ``fc2`` column) and input parameters ``W_in`` (the head's q, k, v rows, the
@@ -49,7 +49,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import time
-from functools import partial
 
 import torch
 from torch import nn
@@ -154,15 +153,57 @@ def output_scores(param: torch.Tensor, score: str, groups: int, width: int, axis
 
 
 @dataclass
+class _KindTensors:
+    """What one step's statistics of one unit kind read, over all layers at once: the input
+    and output weights of every layer (rows resp. columns are units' entries), which unit of
+    the flat statistics each row / column belongs to (None where that is the row itself), and
+    the flat statistics the layers' :class:`LayerStatistics` are views of."""
+
+    inputs: list[torch.Tensor]
+    outputs: list[torch.Tensor]
+    input_units: torch.Tensor | None
+    output_units: torch.Tensor | None
+    pruning_ema: torch.Tensor
+    growth_ema: torch.Tensor
+    age: torch.Tensor
+
+
+def _unit_index(specs: list, counts: list[int], device) -> torch.Tensor | None:
+    """For each row (input) or column (output) of the layers' tensors concatenated along the
+    unit axis, the flat index of the unit it belongs to; None when that is the position itself
+    (one group of width one: an FFN channel)."""
+    if all(spec.groups == 1 and spec.width == 1 for spec in specs):
+        return None
+    index, offset = [], 0
+    for spec, count in zip(specs, counts):
+        units = torch.arange(count, device=device).repeat_interleave(spec.width).repeat(spec.groups)
+        index.append(units + offset)
+        offset += count
+    return torch.cat(index)
+
+
+def _per_unit_sums(values: torch.Tensor, units: torch.Tensor | None, num_units: int) -> torch.Tensor:
+    if units is None:
+        return values
+    return torch.zeros(num_units, dtype=values.dtype, device=values.device).index_add_(0, units, values)
+
+
+@dataclass
 class UnitStatistics:
-    """Statistics of every layer and unit kind of a compact model, fed by gradient hooks.
+    """Statistics of every layer and unit kind of a compact model, gathered once per backward.
 
-    ``layers[kind][l]`` is the :class:`LayerStatistics` of layer ``l``. Call :meth:`attach`
-    again after a surgery replaced parameters (``barter.topology_update`` does).
+    ``layers[kind][l]`` is the :class:`LayerStatistics` of layer ``l``: views of one flat
+    tensor per kind, so that a step's statistics of all layers are a few batched operations
+    (one concatenation and one reduction per unit kind and role, one EMA update) rather than
+    work per parameter, which on a GPU would be hundreds of small kernel launches a step.
+    Call :meth:`attach` again after a surgery replaced parameters (``barter.topology_update``
+    does).
 
-    With ``in_backward=False`` no hook is registered and :meth:`observe` reads the gradients
-    once ``backward`` is over: in a data-parallel run a hook would see this process's share
-    of the batch, while after ``backward`` DDP has averaged the gradients over all of them.
+    With ``in_backward=True`` one hook (``torch.autograd.graph.register_multi_grad_hook``)
+    fires when the gradients of every unit weight are computed and folds them in. With
+    ``in_backward=False`` no hook is registered and :meth:`observe` reads the gradients once
+    ``backward`` is over: in a data-parallel run a hook would see this process's share of the
+    batch, while after ``backward`` DDP has averaged the gradients over all of them.
     """
 
     model: nn.Module
@@ -171,10 +212,10 @@ class UnitStatistics:
     enabled: bool = True
     in_backward: bool = True
     layers: dict[str, list[LayerStatistics]] = field(default_factory=dict)
-    #: wall time spent inside the hooks (host time: on a GPU it excludes queued kernels)
-    hook_seconds: float = 0.0
+    #: wall time spent gathering statistics (host time: on a GPU it excludes queued kernels)
+    observe_seconds: float = 0.0
     _handles: list = field(default_factory=list)
-    _observers: list = field(default_factory=list)
+    _kinds: dict[str, _KindTensors] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         choose("pruning_score", self.pruning_score, PRUNING_SCORES)
@@ -185,57 +226,83 @@ class UnitStatistics:
         self.attach()
 
     def attach(self) -> None:
-        """(Re)register the hooks on the parameters the model holds now."""
+        """Gather the weights the model holds now, pack the layers' statistics into one flat
+        tensor per kind (the layers keep views of it) and (re)register the hook."""
         self.detach()
-        for layer, block in enumerate(self.model.blocks):
-            for kind in UNIT_KINDS:
+        for kind in UNIT_KINDS:
+            weights = {"in": [], "out": []}
+            for block in self.model.blocks:
                 for spec in unit_parameters(block, kind):
-                    if spec.name != "weight":
-                        continue
-                    hook = self._pruning_hook if spec.role == "out" else self._growth_hook
-                    observer = partial(self._timed, hook, kind=kind, layer=layer, groups=spec.groups,
-                                       width=spec.width, axis=spec.axis)
-                    self._observers.append((spec.tensor, observer))
-                    if self.in_backward:
-                        self._handles.append(spec.tensor.register_post_accumulate_grad_hook(observer))
+                    if spec.name == "weight":
+                        weights[spec.role].append(spec)
+            stats = self.layers[kind]
+            counts = [s.age.numel() for s in stats]
+            flat = {name: torch.cat([getattr(s, name) for s in stats])
+                    for name in ("pruning_ema", "growth_ema", "age")}
+            for name, tensor in flat.items():
+                for s, view in zip(stats, tensor.split(counts)):
+                    setattr(s, name, view)
+            device = flat["age"].device
+            self._kinds[kind] = _KindTensors([spec.tensor for spec in weights["in"]],
+                                             [spec.tensor for spec in weights["out"]],
+                                             _unit_index(weights["in"], counts, device),
+                                             _unit_index(weights["out"], counts, device), **flat)
+        if self.in_backward:
+            tracked = [t for kind in self._kinds.values() for t in kind.inputs + kind.outputs]
+            self._handles.append(torch.autograd.graph.register_multi_grad_hook(tracked, self._on_gradients))
 
     def detach(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        self._observers.clear()
 
     def observe(self) -> None:
         """Fold the gradients the parameters hold now into the statistics (``in_backward=False``)."""
-        for param, observer in self._observers:
-            observer(param)
+        self._fold([t.grad for kind in self._kinds.values() for t in kind.inputs + kind.outputs])
 
     def tensors(self) -> list[torch.Tensor]:
         """Every statistics tensor, in a fixed order (what a data-parallel run synchronizes)."""
         return [t for layer_stats in self.layers.values() for s in layer_stats
                 for t in (s.pruning_ema, s.growth_ema, s.age)]
 
-    def _timed(self, hook, param, **where) -> None:
+    def _on_gradients(self, grads) -> None:
+        self._fold(list(grads))
+
+    @torch.no_grad()
+    def _fold(self, grads: list) -> None:
+        """One step's statistics of every kind from ``grads``, the gradients of the kinds'
+        input then output weights in :meth:`attach`'s order; a kind changed by a surgery since
+        :meth:`attach` is skipped."""
+        if not self.enabled:
+            return
         start = time.perf_counter()
         with torch.profiler.record_function(PROFILE_LABEL):     # so a profile can tell this work apart
-            hook(param, **where)
-        self.hook_seconds += time.perf_counter() - start
+            for name, kind in self._kinds.items():
+                count = len(kind.inputs) + len(kind.outputs)
+                kind_grads, grads = grads[:count], grads[count:]
+                # a surgery since attach() replaced tensors: they are out of this backward
+                # (None) or their layers no longer view the flat statistics; attach() again
+                replaced = any(s.age._base is not kind.age for s in self.layers[name])
+                if replaced or any(g is None for g in kind_grads):
+                    continue
+                self._fold_kind(kind, kind_grads[:len(kind.inputs)], kind_grads[len(kind.inputs):])
+        self.observe_seconds += time.perf_counter() - start
 
-    @torch.no_grad()
-    def _pruning_hook(self, param, kind, layer, groups, width, axis) -> None:
-        if not self.enabled or param.grad is None:
-            return
-        stats = self.layers[kind][layer]
-        stats.observe_pruning_score(output_scores(param, self.pruning_score, groups, width, axis))
-
-    @torch.no_grad()
-    def _growth_hook(self, param, kind, layer, groups, width, axis) -> None:
-        if not self.enabled or param.grad is None:
-            return
-        other = 1 - axis
-        grad_sq = param.grad.square().sum(dim=other)
-        stats = self.layers[kind][layer]
-        stats.observe_growth_score(_per_unit(grad_sq, groups, stats.age.numel(), width))
+    def _fold_kind(self, kind: _KindTensors, input_grads: list, output_grads: list) -> None:
+        """The module docstring's scores for every unit of one kind, then the EMA update."""
+        num_units = kind.age.numel()
+        outputs = torch.cat(kind.outputs, dim=1)
+        if self.pruning_score == "magnitude":
+            pruning = _per_unit_sums(outputs.square().sum(dim=0), kind.output_units, num_units)
+        else:
+            taylor = _per_unit_sums((outputs * torch.cat(output_grads, dim=1)).sum(dim=0),
+                                    kind.output_units, num_units)
+            pruning = taylor.square() if self.pruning_score == "taylor-squared" else taylor.abs()
+        growth = _per_unit_sums(torch.cat(input_grads, dim=0).square().sum(dim=1), kind.input_units, num_units)
+        beta = self.beta
+        kind.pruning_ema.mul_(beta).add_(pruning, alpha=1 - beta)
+        kind.growth_ema.mul_(beta).add_(growth, alpha=1 - beta)
+        kind.age += 1
 
     def state_dict(self) -> dict:
         """Per unit kind, each layer's :meth:`LayerStatistics.state_dict` (tensors shared with
@@ -250,4 +317,5 @@ class UnitStatistics:
                                   f"{len(layer_stats)}")
             for stats, saved in zip(layer_stats, state[kind]):
                 stats.load_state_dict(saved)
+        self.attach()                  # the loaded tensors replaced the layers' views: pack them anew
 

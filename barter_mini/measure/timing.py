@@ -59,12 +59,12 @@ def statistics_overhead(model_name: str = "cct-paper", density: float = 0.5, bat
         order = ("with_hooks", "without_hooks") if round_ % 2 == 0 else ("without_hooks", "with_hooks")
         for mode in order:
             hooks.attach() if mode == "with_hooks" else hooks.detach()
-            hooks.hook_seconds = 0.0
+            hooks.observe_seconds = 0.0
             elapsed = timed(step, device)
             if round_ >= warmup:
                 times[mode].append(elapsed)
                 if mode == "with_hooks":
-                    hook_share.append(hooks.hook_seconds / elapsed)
+                    hook_share.append(hooks.observe_seconds / elapsed)
     hooks.detach()
     with_hooks, without = (statistics.median(times[m]) for m in ("with_hooks", "without_hooks"))
     return {"model": model_name, "density": density, "batch": batch, "steps": steps,
