@@ -155,7 +155,7 @@ def cmd_bench(args) -> int:
     rows = bench(args.model, batch=args.batch, steps=args.steps, warmup=args.warmup,
                  segment_steps=args.segment_steps, update_samples=args.update_samples, device=args.device,
                  seed=args.seed, progress=not args.json, executions=executions,
-                 profile_steps=args.profile_steps, **grid)
+                 profile_steps=args.profile_steps, precisions=args.precision or ["fp32"], **grid)
     if args.out:
         write_json(Path(args.out), rows)
     print(json.dumps(rows, indent=2) if args.json else format_report(rows))
@@ -256,7 +256,8 @@ def _classes(text: str) -> tuple[int, ...]:
 
 
 #: the run settings a sweep's grid takes as flags, beside its methods, densities and seeds
-GRID_SETTINGS = ("model", "dataset", "recipe", "epochs", "train_subset", "data_root", "download", "device")
+GRID_SETTINGS = ("model", "dataset", "recipe", "epochs", "train_subset", "data_root", "download", "device",
+                 "precision")
 
 
 #: how a run setting's kind of value (training.run_config.KINDS) is parsed on the command line
@@ -389,6 +390,9 @@ def _bench_parser(sub) -> None:
                    help="comma-separated, from eager, compiled, recompute (default: eager); "
                         "each is measured side by side with the others")
     p.add_argument("--compile", action="store_true", help="also measure every case with its layers compiled")
+    p.add_argument("--precision", type=_comma_list(str, "precisions"),
+                   help="comma-separated, from fp32, bf16 (default: fp32): every execution is measured in each, "
+                        "the forward pass and loss under torch.autocast")
     p.add_argument("--profile-steps", type=_non_negative_int, default=0, metavar="N",
                    help="also profile N steps of every case: ms per step of products, attention, LayerNorm, stem, "
                         "elementwise, optimizer and the method's own work (default 0: off)")

@@ -10,7 +10,7 @@ from barter_mini.cli import main
 from barter_mini.core.counting import counted_training_gflops_per_image, forward_flops_per_image
 from barter_mini.core.models import build_model, get_model_config
 from barter_mini.measure.bench import build_training_step, bench
-from barter_mini.measure.bench_report import execution_effects, fixed_work, format_report, ratios
+from barter_mini.measure.bench_report import execution_effects, fixed_work, format_report, ratios, step_ratios
 from barter_mini.measure.memory import step_memory, tensor_bytes
 from barter_mini.measure.breakdown import CATEGORIES, FIXED, ideal_without_fixed_work, step_profile
 from barter_mini.measure.timing import interleaved_times
@@ -49,6 +49,11 @@ def test_ratios_and_report(rows):
     assert ratio["speedup"] == pytest.approx(by["rigl"]["step_ms"] / by["barter"]["step_ms"])
     report = format_report(rows)
     assert "rho=0.3: BARTER is" in report and "FLOPs-ideal" in report
+    (steps,) = step_ratios(rows)
+    assert steps["static"] == pytest.approx(by["barter"]["step_ms"] / by["static"]["step_ms"])
+    assert steps["dense"] == pytest.approx(by["barter"]["step_ms"] / by["dense"]["step_ms"])   # dense at rho 1
+    assert steps["rigl"] == pytest.approx(1 / ratio["speedup"])
+    assert f"rho=0.3: BARTER's step is {steps['static']:.3f}x static's" in report
 
 
 def test_counter_figure_is_between_two_and_three_forwards():
@@ -157,6 +162,15 @@ def test_bench_measures_executions_side_by_side(capsys):
     assert [f["execution"] for f in fixed_work(rows)] == ["eager", "recompute"]
     report = format_report(rows)
     assert "rho=0.3 (recompute): BARTER is" in report and "of eager's" in report and "fixed width-D work" in report
+
+
+def test_bench_measures_each_execution_in_each_precision():
+    rows = bench("cct-mini", ["static", "barter"], [0.3], batch=4, steps=1, warmup=1, segment_steps=1,
+                 update_samples=1, device="cpu", progress=False, precisions=["fp32", "bf16"])
+    assert [(r["method"], r["execution"]) for r in rows] == [
+        ("static", "eager"), ("barter", "eager"), ("static", "bf16"), ("barter", "bf16")]
+    assert [e["execution"] for e in execution_effects(rows)] == ["bf16", "bf16"]
+    assert [r["execution"] for r in step_ratios(rows)] == ["eager", "bf16"]
 
 
 def test_the_profiler_writes_no_log_lines_to_stderr():

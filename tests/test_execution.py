@@ -118,7 +118,7 @@ def test_train_with_compile_or_recompute(aot_eager, tmp_path):
 
 
 def test_executions_and_their_bad_names():
-    assert list(EXECUTIONS) == ["eager", "compiled", "recompute"]
+    assert list(EXECUTIONS) == ["eager", "compiled", "recompute", "bf16", "compiled+bf16", "recompute+bf16"]
     cases = check_bench_arguments("cct-mini", ["dense", "barter"], [0.3], 4, 1, ["eager", "compiled"])
     assert cases == [("dense", 1.0, "eager"), ("barter", 0.3, "eager"),
                      ("dense", 1.0, "compiled"), ("barter", 0.3, "compiled")]
@@ -128,6 +128,46 @@ def test_executions_and_their_bad_names():
         RunConfig(compile="yes").validate()
     with pytest.raises(BarterError, match="cannot be combined"):
         RunConfig(compile=True, recompute=True).validate()
+    with pytest.raises(BarterError, match="unknown precision 'fp16': choose one of bf16, fp32"):
+        RunConfig(precision="fp16").validate()
+    cases = check_bench_arguments("cct-mini", ["barter"], [0.3], 4, 1, ["eager", "recompute"], precisions=["fp32", "bf16"])
+    assert [case[2] for case in cases] == ["eager", "recompute", "bf16", "recompute+bf16"]
+    with pytest.raises(BarterError, match="unknown precision 'tf32'"):
+        check_bench_arguments("cct-mini", ["barter"], [0.3], 4, 1, precisions=["tf32"])
+
+
+def test_bf16_autocast_runs_the_forward_in_bf16_and_keeps_fp32_state():
+    """Under bf16 the logits come out in bf16 while weights, gradients, Adam's moments and the
+    statistics stay fp32; BARTER's update then moves units with the fp32 remap."""
+    setup = build_training_step("cct-mini", "barter", 0.5, 4, 200, torch.device("cpu"),
+                                execution=EXECUTIONS["bf16"])
+    from barter_mini.training.step import training_step
+    outcome = training_step(setup.model, setup.optimizer, setup.x, setup.y, execution=setup.execution)
+    assert outcome.logits.dtype == torch.bfloat16
+    assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in setup.model.parameters())
+    moments = [s["exp_avg"] for s in setup.optimizer.state.values()]
+    assert moments and all(m.dtype == torch.float32 for m in moments)
+    statistics = setup.controller.statistics
+    assert all(t.dtype in (torch.float32, torch.long) for t in statistics.tensors())
+    assert int(statistics.layers["ffn"][0].age[0]) == 1
+
+
+def test_train_in_bf16_moves_units_and_resumes_bitwise(tmp_path):
+    """A BARTER run with bf16 autocast on the CPU: its updates move units, its accuracy is the
+    fp32 run's within a few points, and a run stopped mid-way resumes bit for bit."""
+    from test_resume import assert_same_run, train_until
+    run = dict(method="barter", model="cct-mini", dataset="digits", density=0.5, seed=1,
+               recipe="smoke", epochs=2, progress=False)
+    bf16 = train(RunConfig(**run, precision="bf16"), tmp_path / "bf16")
+    fp32 = train(RunConfig(**run), tmp_path / "fp32")
+    assert bf16["run"]["precision"] == "bf16"
+    assert sum(bf16["transfers_executed"].values()) > 0
+    assert bf16["test_acc"] == pytest.approx(fp32["test_acc"], abs=0.1)
+    assert bf16["update_losses"] != fp32["update_losses"]       # the autocast did act
+    out = tmp_path / "resumed"
+    train_until(RunConfig(**run, precision="bf16"), 7, out)
+    train(RunConfig(**run, precision="bf16"), out, resume=True)
+    assert_same_run(tmp_path / "bf16", out)
 
 
 def test_recompute_rebuilds_the_cct_stem_with_the_same_gradients_and_less_memory():

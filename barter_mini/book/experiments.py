@@ -36,7 +36,7 @@ def profile_run(setup: Profile, method: str, density: float, seed: int) -> RunCo
     """The training run of ``method`` at ``density`` and ``seed`` under a notebook profile."""
     return RunConfig(method=method, model=setup.model, dataset=setup.dataset, density=density,
                      seed=seed, recipe=setup.recipe, epochs=setup.epochs,
-                     train_subset=setup.grid_train_subset, progress=False)
+                     train_subset=setup.grid_train_subset, precision=setup.precision, progress=False)
 
 
 def _densities_of(method: str, densities) -> list[float]:

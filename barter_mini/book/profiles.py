@@ -29,6 +29,9 @@ class Profile:
     train_subset: int | None
     #: training images of each run in notebooks that train a grid of runs (None: all)
     grid_train_subset: int | None = None
+    #: the precision of every run's forward pass (core.execution.PRECISIONS): bf16 where the
+    #: profile is meant for a GPU
+    precision: str = "fp32"
 
     def _repr_markdown_(self) -> str:
         return settings_markdown(self, f"Profile `{self.name}`",
@@ -50,7 +53,7 @@ PROFILES: dict[str, Profile] = {
     "smoke": Profile("smoke", model="cct-mini", dataset=BOOK_DATASET, recipe="smoke", epochs=1,
                      train_subset=512, grid_train_subset=512),
     "paper": Profile("paper", model="cct-paper", dataset="cifar100", recipe="paper", epochs=None,
-                     train_subset=None),
+                     train_subset=None, precision="bf16"),
 }
 
 #: the datasets a notebook may name: every dataset a run may

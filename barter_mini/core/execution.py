@@ -1,31 +1,44 @@
 """How a training step executes, chosen alike for every method: eagerly, with the layers
 compiled (:mod:`~barter_mini.core.compilation`), with selective activation recomputation
-(:mod:`~barter_mini.core.recompute`), not both. None of them changes the model's function;
-they trade compile time or recomputation for step time or memory (issue 13; Tables 8, 14).
+(:mod:`~barter_mini.core.recompute`), not both; in fp32 or with the forward pass and the
+loss in bf16 (``torch.autocast``). The first three never change the model's function; they
+trade compile time or recomputation for step time or memory (issue 13; Tables 8, 14). bf16
+rounds the activations and the matrix products' inputs to 8 bits of mantissa; weights,
+gradients, optimizer states, the statistics and every surgery stay fp32, so a topology
+update and its optimizer-state remap are the same under either precision.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
-from ..errors import BarterError
+from ..errors import BarterError, choose
 
 from .compilation import compile_layers
 from .recompute import enable_selective_recompute
+
+
+#: the precision of a step's forward pass and loss, by name: the autocast dtype (None: none)
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
 class Execution:
     """``compile``: the encoder layers through ``torch.compile`` with dynamic shapes;
     ``recompute``: LayerNorm and GELU outputs recomputed in backward instead of saved, and a
-    CCT's tokenizer activations rebuilt from the images (``torch.utils.checkpoint``)."""
+    CCT's tokenizer activations rebuilt from the images (``torch.utils.checkpoint``);
+    ``precision``: a name of :data:`PRECISIONS` (:meth:`autocast`)."""
 
     compile: bool = False
     recompute: bool = False
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
+        choose("precision", self.precision, PRECISIONS)
         if self.compile and self.recompute:
             # the recompute's per-forward module hooks would break Dynamo's graphs at every
             # LayerNorm and GELU; under compile, AOTAutograd's partitioner already chooses
@@ -35,8 +48,24 @@ class Execution:
 
     @property
     def name(self) -> str:
-        parts = [part for part, on in (("compiled", self.compile), ("recompute", self.recompute)) if on]
+        parts = [part for part, on in (("compiled", self.compile), ("recompute", self.recompute),
+                                       (self.precision, self.precision != "fp32")) if on]
         return "+".join(parts) or "eager"
+
+    def autocast(self, device: torch.device | str):
+        """The context a step's forward pass and loss run in on ``device``: nothing for fp32,
+        ``torch.autocast`` to bf16 otherwise (on the CPU too). Backward follows the forward's
+        dtypes by itself; the optimizer step runs outside, on fp32 weights."""
+        dtype = PRECISIONS[self.precision]
+        if dtype is None:
+            return nullcontext()
+        device = torch.device(device)
+        if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            # fp16 would need a GradScaler, and the statistics would then read scaled
+            # gradients that overflow on skipped steps: not offered
+            raise BarterError(f"precision {self.precision} needs a GPU with bfloat16 (NVIDIA Ampere or "
+                              f"newer); {torch.cuda.get_device_name(device)} has none: use fp32")
+        return torch.autocast(device.type, dtype=dtype)
 
     def apply(self, model: nn.Module) -> nn.Module:
         """Switch ``model`` (in place) to this execution; returns it."""
@@ -49,6 +78,8 @@ class Execution:
         return model
 
 
-#: the executions ``barter-mini bench`` can measure side by side, by name
-EXECUTIONS = {execution.name: execution for execution in
-              (Execution(), Execution(compile=True), Execution(recompute=True))}
+#: the executions ``barter-mini bench`` can measure side by side, by name (eager, compiled,
+#: recompute, each also in bf16: bf16, compiled+bf16, recompute+bf16)
+EXECUTIONS = {execution.name: execution for precision in PRECISIONS for execution in
+              (Execution(precision=precision), Execution(compile=True, precision=precision),
+               Execution(recompute=True, precision=precision))}

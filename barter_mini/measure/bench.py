@@ -36,7 +36,7 @@ from ..core.barter import BarterController
 from ..core.budgets import check_density, compute_budget
 from ..core.compilation import cold_compile, graphs_compiled
 from ..core.counting import count_parameters, counted_training_gflops_per_image, training_gflops_per_image
-from ..core.execution import EXECUTIONS, Execution
+from ..core.execution import EXECUTIONS, PRECISIONS, Execution
 from ..core.method import MethodController
 from ..core.models import build_model, get_model_config
 from ..errors import BarterError, check_integer, choose
@@ -92,7 +92,8 @@ class TrainingStep:
         """Optimizer step number ``step`` (:func:`~barter_mini.training.step.training_step`);
         without ``controller_after_step`` the controller's update is not run."""
         training_step(self.model, self.optimizer, self.x, self.y, criterion=self.criterion,
-                      controller=self.controller, step=step if controller_after_step else None)
+                      controller=self.controller, step=step if controller_after_step else None,
+                      execution=self.execution)
 
 
 def build_training_step(model_name: str, method: str, density: float, batch: int, total_steps: int,
@@ -116,9 +117,11 @@ def build_training_step(model_name: str, method: str, density: float, batch: int
 
 
 def check_bench_arguments(model: str, methods, densities, batch: int, steps: int,
-                          executions=("eager",), profile_steps: int = 0) -> list[tuple[str, float, str]]:
+                          executions=("eager",), profile_steps: int = 0,
+                          precisions=("fp32",)) -> list[tuple[str, float, str]]:
     """The (method, density, execution) cases to measure, dense once at rho = 1 (per
-    execution); one-line errors otherwise."""
+    execution); each execution in each of ``precisions`` (``eager`` in bf16 is ``bf16``);
+    one-line errors otherwise."""
     config = get_model_config(model)
     methods = check_methods(methods)
     if not densities:
@@ -134,7 +137,11 @@ def check_bench_arguments(model: str, methods, densities, batch: int, steps: int
         raise BarterError(f"executions must list at least one of {', '.join(EXECUTIONS)}")
     for execution in executions:
         choose("execution", execution, EXECUTIONS)
-    executions = list(dict.fromkeys(executions))
+    if isinstance(precisions, str) or not precisions:
+        raise BarterError(f"precisions must list at least one of {', '.join(PRECISIONS)}")
+    for precision in precisions:
+        choose("precision", precision, PRECISIONS)
+    executions = list(dict.fromkeys(replace(EXECUTIONS[e], precision=p).name for p in precisions for e in executions))
     fixed = [(m, get_method(m).fixed_density) for m in methods if get_method(m).fixed_density is not None]
     cases = [(m, check_density(d)) for d in densities for m in methods if get_method(m).fixed_density is None]
     return [(m, d, e) for e in executions for m, d in fixed + cases]
@@ -252,13 +259,14 @@ def timing_columns(setup: TrainingStep, times: list[float], device: torch.device
 def bench(model: str = "cct-paper", methods=DEFAULT_METHODS, densities=DEFAULT_DENSITIES, batch: int = 32,
           steps: int = 5, warmup: int = 2, segment_steps: int = 3, update_samples: int = 3,
           device: str = "auto", seed: int = 0, progress: bool = True, executions=("eager",),
-          profile_steps: int = 0) -> list[dict]:
+          profile_steps: int = 0, precisions=("fp32",)) -> list[dict]:
     """Measure every (method, density, execution) of the grid in one run; one row each (see
     the module). ``executions`` are names of :data:`~barter_mini.core.execution.EXECUTIONS`:
-    ``eager``, ``compiled``, ``recompute``. With ``profile_steps``,
+    ``eager``, ``compiled``, ``recompute``, each measured in every one of ``precisions``
+    (``fp32``, ``bf16``). With ``profile_steps``,
     each case also runs that many steps under the profiler: ``profile_CATEGORY_ms`` columns
     (:func:`~barter_mini.measure.breakdown.step_profile`)."""
-    cases = check_bench_arguments(model, methods, densities, batch, steps, executions, profile_steps)
+    cases = check_bench_arguments(model, methods, densities, batch, steps, executions, profile_steps, precisions)
     device = resolve_device(device)
     config = get_model_config(model)
     recipe = get_recipe("paper", config.family)

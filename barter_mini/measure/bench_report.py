@@ -1,5 +1,6 @@
 """What ``barter-mini bench`` reports from its rows (:func:`barter_mini.measure.bench.bench`):
-BARTER against RigL per density and execution (:func:`ratios`), each execution against eager
+BARTER against RigL per density and execution (:func:`ratios`), BARTER's step against
+Static's, RigL's and dense's (:func:`step_ratios`), each execution against eager
 (:func:`execution_effects`), BARTER's fixed width-D work (:func:`fixed_work`), and the text
 report of them all (:func:`format_report`). Rows may come from JSON written by an earlier
 version (no ``execution``: eager).
@@ -37,6 +38,26 @@ def ratios(rows: list[dict], method: str = "barter", against: str = "rigl") -> l
                         "epoch_speedup": theirs["epoch_s"] / ours["epoch_s"],
                         "memory_fraction": ours["peak_mem_mb"] / theirs["peak_mem_mb"],
                         "update_percent_of_training": ours["update_percent_of_training"]})
+    return out
+
+
+def step_ratios(rows: list[dict], method: str = "barter", against=("static", "rigl", "dense")) -> list[dict]:
+    """Per execution and density: ``method``'s step time over each of ``against``'s in the
+    same execution (dense: its one row at density 1). Against Static it is the price of the
+    method's own per-step work, its statistics (goal: at most 1.02, the paper's 33.27 / 32.69
+    ms in Table 14); against RigL and dense, what compact tensors buy."""
+    by_case = _by_case(rows)
+    out = []
+    for execution in dict.fromkeys(map(_execution, rows)):
+        for density in sorted({d for m, d, e in by_case if m == method and e == execution}):
+            ours = by_case[(method, density, execution)]
+            record = {"execution": execution, "density": density, "step_ms": ours["step_ms"]}
+            for other in against:
+                theirs = by_case.get((other, density, execution)) or by_case.get((other, 1.0, execution))
+                if theirs is not None:
+                    record[other] = ours["step_ms"] / theirs["step_ms"]
+            if len(record) > 3:
+                out.append(record)
     return out
 
 
@@ -99,6 +120,9 @@ def format_report(rows: list[dict]) -> str:
     def case(record: dict) -> str:
         return f"rho={record['density']:g}" + (f" ({record['execution']})" if len(executions) > 1 else "")
 
+    for ratio in step_ratios(rows):
+        others = ", ".join(f"{ratio[other]:.3f}x {other}'s" for other in ("static", "rigl", "dense") if other in ratio)
+        lines.append(f"{case(ratio)}: BARTER's step is {others}")
     for ratio in ratios(rows):
         lines.append(f"{case(ratio)}: BARTER is {ratio['speedup']:.2f}x faster per step than RigL "
                      f"(FLOPs-ideal {ratio['ideal_speedup']:.2f}x, {ratio['efficiency']:.2f} of ideal), "

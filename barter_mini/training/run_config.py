@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from ..core.budgets import STARTS, check_density, compute_budget
 from ..core.configs import MODEL_CONFIGS
-from ..core.execution import Execution
+from ..core.execution import PRECISIONS, Execution
 from ..core.models import get_model_config
 from ..core.models.timm_vit import TIMM_PREFIX
 from ..errors import BarterError, check_in_range, check_integer, check_seed, choose
@@ -89,6 +89,9 @@ class RunConfig:
     #: LayerNorm and GELU outputs recomputed in backward instead of saved (core.recompute)
     recompute: bool = setting(False, "recompute LayerNorm and GELU outputs in backward instead of saving them "
                                      "(less memory)")
+    #: the forward pass and the loss under torch.autocast to bf16 (core.execution)
+    precision: str = setting("fp32", lambda: f"one of {', '.join(PRECISIONS)}: the forward pass and loss in that "
+                                             "precision (weights, gradients and optimizer states stay fp32)")
     #: a progress bar (None: tqdm's choice, on a terminal); the flag turns it off
     progress: bool | None = setting(None, "no progress bar", flag="--no-progress")
     overrides: dict = setting(dict, cli=False)
@@ -147,8 +150,13 @@ class RunConfig:
         for name in ("compile", "recompute"):
             if not isinstance(getattr(self, name), bool):
                 raise BarterError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        Execution(self.compile, self.recompute)           # refuses the two together
+        self.execution()                                  # refuses compile with recompute, an unknown precision
         return replace(self, density=density)
+
+
+    def execution(self) -> Execution:
+        """How the run's steps execute (``compile``, ``recompute``, ``precision``)."""
+        return Execution(self.compile, self.recompute, self.precision)
 
 
 def recipe_settings() -> tuple[str, ...]:

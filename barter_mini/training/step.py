@@ -5,8 +5,9 @@ The trainer, the bench, the statistics' overhead timing and the book's walkthrou
 step (a precision, a graph, a new method hook) is made once::
 
     optimizer.zero_grad(set_to_none=True)
-    logits = forward(x)
-    loss = criterion(logits, y)
+    with execution.autocast(x.device):  # fp32: nothing; bf16: torch.autocast
+        logits = forward(x)
+        loss = criterion(logits, y)
     check_loss(loss, logits)            # the trainer: average over processes, stop if not finite
     loss.backward()
     controller.before_step()            # between backward and the optimizer step
@@ -26,6 +27,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from ..core.execution import Execution
 from ..core.method import MethodController
 
 #: the profiler label of a method's own per-step work (its before_step and after_step)
@@ -48,15 +50,19 @@ class StepOutcome:
 def training_step(forward: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, *,
                   criterion: Callable = nn.functional.cross_entropy,
                   controller: MethodController | None = None, step: int | None = None,
-                  check_loss: Callable[[torch.Tensor, torch.Tensor], Any] | None = None) -> StepOutcome:
+                  check_loss: Callable[[torch.Tensor, torch.Tensor], Any] | None = None,
+                  execution: Execution = Execution()) -> StepOutcome:
     """One optimizer step of ``forward`` (a model or its DDP replica) on the batch ``(x, y)``
     (module docstring). ``controller`` None: a method that never changes its model;
     ``step`` (1-based) None: the controller's ``after_step`` is not called (the bench times an
     update step's cost apart from it). ``check_loss(loss, logits)`` runs before backward and
-    may raise to stop the step there."""
+    may raise to stop the step there. ``execution`` gives the precision of the forward pass and
+    the loss (:meth:`~barter_mini.core.execution.Execution.autocast`); its compile and
+    recompute were applied to the model when it was built."""
     optimizer.zero_grad(set_to_none=True)
-    logits = forward(x)
-    loss = criterion(logits, y)
+    with execution.autocast(x.device):
+        logits = forward(x)
+        loss = criterion(logits, y)
     if check_loss is not None:
         check_loss(loss, logits)
     loss.backward()

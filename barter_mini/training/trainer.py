@@ -81,12 +81,15 @@ LOG = logging.getLogger(__name__)
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader, device: torch.device) -> dict[str, float]:
-    """Top-1 accuracy and macro-F1 (fractions) of ``model`` on ``loader``."""
+def evaluate(model: nn.Module, loader, device: torch.device, execution: Execution = Execution()) -> dict[str, float]:
+    """Top-1 accuracy and macro-F1 (fractions) of ``model`` on ``loader``, its forward pass in
+    the run's precision."""
     model.eval()
     preds, labels = [torch.zeros(0, dtype=torch.long)], [torch.zeros(0, dtype=torch.long)]
     for x, y in loader:
-        preds.append(model(x.to(device)).argmax(dim=1).cpu())
+        with execution.autocast(device):
+            logits = model(x.to(device))
+        preds.append(logits.argmax(dim=1).cpu())
         labels.append(y.cpu())
     pred, true = parallel.gather_predictions(torch.cat(preds), torch.cat(labels))   # this process's share
     pred, true = pred.numpy(), true.numpy()
@@ -150,6 +153,8 @@ class Training:
     last_val: dict | None = progress(None)
     #: what the training step calls: the model, or its DDP replica (training.parallel)
     forward: nn.Module | None = None
+    #: how every step and evaluation executes (compile, recompute, precision)
+    execution: Execution = field(default_factory=Execution)
     #: Dynamo's graph count when the run started (--compile: the difference counts recompiles)
     graphs_at_start: int = 0
 
@@ -293,7 +298,8 @@ def build_training(run: RunConfig, checkpoint: dict | None = None) -> Training:
     elif distributed.is_distributed():   # the model is built: now each process draws its own augmentations
         torch.manual_seed(int(np.random.SeedSequence([run.seed, distributed.rank()]).generate_state(1)[0]))
     t.graphs_at_start = graphs_compiled()
-    Execution(compile=run.compile, recompute=run.recompute).apply(t.model)
+    t.execution = run.execution()
+    t.execution.apply(t.model)
     t.forward = parallel.wrap(t.model, device)
     return t
 
@@ -333,7 +339,7 @@ def train_step(t: Training, x: torch.Tensor, y: torch.Tensor) -> tuple[float, fl
             raise TrainingDiverged(t.step + 1, f"the training loss is {measured[0]}")
 
     outcome = training_step(t.forward, t.optimizer, x, y, criterion=t.criterion, controller=t.controller,
-                            step=t.step + 1, check_loss=check_loss)
+                            step=t.step + 1, check_loss=check_loss, execution=t.execution)
     t.step += 1
     t.scheduler.step_update(t.step)          # no controller reads the LR: after its update is the same
     t.train_gflops += t.gflops_per_image * x.shape[0] * distributed.world_size()
@@ -377,7 +383,7 @@ def fit_one_epoch(t: Training, after_each_step=None) -> dict:
         if t.step >= t.total_steps:          # a compute budget can end inside an epoch
             break
     bar.close()
-    val = evaluate(t.model, t.loaders[1], t.device)
+    val = evaluate(t.model, t.loaders[1], t.device, t.execution)
     entry = {"epoch": epoch, "step": t.step, "train_loss": float(np.mean(losses)),
              "val_acc": val["acc"], "val_macro_f1": val["macro_f1"],
              "lr": t.optimizer.param_groups[0]["lr"], "elapsed_s": time.perf_counter() - t.started}
@@ -424,7 +430,7 @@ def finalize(t: Training, out: Path) -> dict:
     train_time = time.perf_counter() - t.started
     best = load_checkpoint(out / "best.pt", map_location=t.device, keys=RUN_KEYS, use="testing the best model")
     best_model = model_from_checkpoint(best, t.device, path=out / "best.pt")
-    test = evaluate(best_model, t.loaders[2], t.device)
+    test = evaluate(best_model, t.loaders[2], t.device, t.execution)
     run = t.run
     metrics = {
         "version": __version__, "method": run.method, "model": run.model, "dataset": run.dataset,
