@@ -422,6 +422,12 @@ class BarterController(MethodController):
         if self.warmup is not None:
             self.warmup.before_step()
 
+    def graph_safe(self, step: int) -> bool:
+        """Replayable unless the statistics decide after ``step`` (:meth:`before_step` then
+        checks them on the host), the clones' optimizer state warms up (host work every step)
+        or the gradients are averaged over processes (read after DDP, not by the hook)."""
+        return not self.schedule.is_update(step) and self.warmup is None and not self.distributed
+
     def after_step(self, step: int) -> dict[str, Transfer] | None:
         self.step = step
         if self.warmup is not None:

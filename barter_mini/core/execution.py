@@ -52,7 +52,7 @@ class Execution:
                                        (self.precision, self.precision != "fp32")) if on]
         return "+".join(parts) or "eager"
 
-    def autocast(self, device: torch.device | str):
+    def autocast(self, device: torch.device | str, cache_enabled: bool = True):
         """The context a step's forward pass and loss run in on ``device``: nothing for fp32,
         ``torch.autocast`` to bf16 otherwise (on the CPU too). Backward follows the forward's
         dtypes by itself; the optimizer step runs outside, on fp32 weights."""
@@ -65,7 +65,7 @@ class Execution:
             # gradients that overflow on skipped steps: not offered
             raise BarterError(f"precision {self.precision} needs a GPU with bfloat16 (NVIDIA Ampere or "
                               f"newer); {torch.cuda.get_device_name(device)} has none: use fp32")
-        return torch.autocast(device.type, dtype=dtype)
+        return torch.autocast(device.type, dtype=dtype, cache_enabled=cache_enabled)
 
     def apply(self, model: nn.Module) -> nn.Module:
         """Switch ``model`` (in place) to this execution; returns it."""

@@ -58,6 +58,13 @@ class MethodController:
         """Called after optimizer step number ``step`` (1-based); returns what it changed, or None."""
         return None
 
+    def graph_safe(self, step: int) -> bool:
+        """Whether step number ``step`` may be replayed from a recorded CUDA graph
+        (:mod:`~barter_mini.training.graphs`): its ``before_step`` must be the recorded one,
+        kernels only, nothing read on the host. False unless a method says so; a method that
+        never changes its model does nothing before a step."""
+        return type(self).before_step is MethodController.before_step
+
     def changing_steps(self) -> list[int]:
         """The steps at which :meth:`after_step` changes the model (what the bench times); a
         schedule's ``update_steps`` may hold more, steps on which nothing is due."""

@@ -37,16 +37,19 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def make_optimizer(model: nn.Module, recipe: Recipe) -> torch.optim.AdamW:
+def make_optimizer(model: nn.Module, recipe: Recipe, capturable: bool = False) -> torch.optim.AdamW:
     """AdamW over :func:`parameter_groups` at the recipe's learning rate and weight decay.
 
     PyTorch's fused kernel (``fused=True``, CPU and CUDA) updates every tensor in one pass,
     where the default loop pays a fixed Python cost per parameter tensor whatever its size: a
     cost that does not shrink with the density, so it weighs most on the sparsest compact
-    models (issue 13). The update is the same up to float32 rounding.
+    models (issue 13). The update is the same up to float32 rounding. ``capturable``: its step
+    counts on the device and a tensor learning rate accepted, so a CUDA graph can record it
+    (:mod:`~barter_mini.training.graphs`).
     """
     fused = next(model.parameters()).device.type in ("cpu", "cuda")
-    return torch.optim.AdamW(parameter_groups(model, recipe.weight_decay), lr=recipe.lr, fused=fused)
+    return torch.optim.AdamW(parameter_groups(model, recipe.weight_decay), lr=recipe.lr, fused=fused,
+                             capturable=capturable)
 
 
 def make_criterion(recipe: Recipe) -> nn.Module:

@@ -92,6 +92,9 @@ class RunConfig:
     #: the forward pass and the loss under torch.autocast to bf16 (core.execution)
     precision: str = setting("fp32", lambda: f"one of {', '.join(PRECISIONS)}: the forward pass and loss in that "
                                              "precision (weights, gradients and optimizer states stay fp32)")
+    #: the whole step recorded as one CUDA graph, recorded anew after each update (training.graphs)
+    cuda_graphs: bool = setting(False, "replay each training step from a recorded CUDA graph, recorded anew after "
+                                       "every topology update (CUDA only; dense, static, oneshot, barter)")
     #: a progress bar (None: tqdm's choice, on a terminal); the flag turns it off
     progress: bool | None = setting(None, "no progress bar", flag="--no-progress")
     overrides: dict = setting(dict, cli=False)
@@ -147,10 +150,14 @@ class RunConfig:
                 raise BarterError("give either epochs or a PFLOPs budget (--pflops, --match-compute), not both")
         if self.device not in ("auto", "cpu", "cuda"):
             raise BarterError(f"device must be auto, cpu or cuda, got {self.device!r}")
-        for name in ("compile", "recompute"):
+        for name in ("compile", "recompute", "cuda_graphs"):
             if not isinstance(getattr(self, name), bool):
                 raise BarterError(f"{name} must be true or false, got {getattr(self, name)!r}")
         self.execution()                                  # refuses compile with recompute, an unknown precision
+        if self.cuda_graphs and (self.compile or self.recompute):
+            raise BarterError("--cuda-graphs cannot be combined with --compile or --recompute; choose one")
+        if self.cuda_graphs and self.device == "cpu":
+            raise BarterError("--cuda-graphs needs a CUDA device; this run asks for the cpu: leave it off")
         return replace(self, density=density)
 
 

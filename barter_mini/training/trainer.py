@@ -63,6 +63,7 @@ from .finetune import dense_start
 from .methods import MethodSetup, get_method
 from .random_state import capture_generators, restore_generators
 from .run_config import RunConfig
+from .graphs import GraphedStep, check_graphs_possible
 from .step import training_step
 from .optimization import make_criterion, make_optimizer, resolve_device, resolve_recipe, seed_everything
 from .recipes import Recipe
@@ -155,6 +156,8 @@ class Training:
     forward: nn.Module | None = None
     #: how every step and evaluation executes (compile, recompute, precision)
     execution: Execution = field(default_factory=Execution)
+    #: the step replayed from CUDA graphs (--cuda-graphs), else None
+    graphed: GraphedStep | None = None
     #: Dynamo's graph count when the run started (--compile: the difference counts recompiles)
     graphs_at_start: int = 0
 
@@ -275,7 +278,7 @@ def build_training(run: RunConfig, checkpoint: dict | None = None) -> Training:
                            world_size=distributed.world_size(), device=device)
     config = base_config.for_data(splits.info.img_size, splits.info.in_chans, splits.info.num_classes)
     model = build_run_model(run, config, recipe, splits, device, checkpoint)
-    optimizer = make_optimizer(model, recipe)
+    optimizer = make_optimizer(model, recipe, capturable=run.cuda_graphs)
     gflops = training_gflops_per_image(model)
     total_steps, recipe = run_length(run, recipe, len(loaders[0]), gflops, checkpoint)
     scheduler = CosineLRScheduler(
@@ -300,6 +303,13 @@ def build_training(run: RunConfig, checkpoint: dict | None = None) -> Training:
     t.graphs_at_start = graphs_compiled()
     t.execution = run.execution()
     t.execution.apply(t.model)
+    if run.cuda_graphs:
+        check_graphs_possible(device, compile=run.compile, recompute=run.recompute,
+                              distributed=distributed.is_distributed())
+        if not controller.graph_safe(0) and type(controller).graph_safe is MethodController.graph_safe:
+            raise BarterError(f"--cuda-graphs: {run.method} does work on the host before every step, which a "
+                              "graph cannot replay; it is offered for dense, static, oneshot and barter")
+        t.graphed = GraphedStep(t.model, optimizer, t.criterion, controller, t.execution)
     t.forward = parallel.wrap(t.model, device)
     return t
 
@@ -338,8 +348,11 @@ def train_step(t: Training, x: torch.Tensor, y: torch.Tensor) -> tuple[float, fl
         if not math.isfinite(measured[0]):
             raise TrainingDiverged(t.step + 1, f"the training loss is {measured[0]}")
 
-    outcome = training_step(t.forward, t.optimizer, x, y, criterion=t.criterion, controller=t.controller,
-                            step=t.step + 1, check_loss=check_loss, execution=t.execution)
+    if t.graphed is not None:
+        outcome = t.graphed(x, y, t.step + 1, check_loss)
+    else:
+        outcome = training_step(t.forward, t.optimizer, x, y, criterion=t.criterion, controller=t.controller,
+                                step=t.step + 1, check_loss=check_loss, execution=t.execution)
     t.step += 1
     t.scheduler.step_update(t.step)          # no controller reads the LR: after its update is the same
     t.train_gflops += t.gflops_per_image * x.shape[0] * distributed.world_size()
@@ -447,6 +460,7 @@ def finalize(t: Training, out: Path) -> dict:
         "update_losses": update_losses(t.step_losses, t.controller.changing_steps()),
         **t.controller.metrics(), "processes": distributed.world_size(), "threads": torch.get_num_threads(),
         "graphs_compiled": graphs_compiled() - t.graphs_at_start if run.compile else 0,
+        **(t.graphed.metrics() if t.graphed is not None else {}),
         "run": asdict(run), "recipe_settings": asdict(t.recipe),
     }
     if distributed.is_main_process():

@@ -1,0 +1,193 @@
+"""The whole training step as one CUDA graph (``--cuda-graphs``), captured anew whenever the
+model's tensors change.
+
+At the paper's sizes a step of a compact model is hundreds of small kernels, and the GPU
+waits on their launches more than it computes (issue 25). A CUDA graph records the step's
+kernels once and replays all of them with one launch. A graph holds the addresses of the
+tensors it read and wrote, so it must be recorded again whenever they change: after every
+topology update (BARTER's surgery makes new parameters, optimizer states and statistics)
+and after every mask update (the masked methods' new masks). Between updates nothing moves,
+and every step replays.
+
+Inside the graph: ``zero_grad``, the forward pass and the loss (in the run's precision), the
+backward pass (with the statistics' hook kernels), the controller's ``before_step`` and the
+optimizer step (AdamW built ``capturable``, its learning rate a tensor). Outside: copying the
+batch into the graph's input buffers, the learning rate of the schedule into its tensor, the
+loss check after the step and the controller's ``after_step``.
+
+A step runs eagerly instead (:func:`~barter_mini.training.step.training_step`) when
+
+* the controller decides after it (:meth:`~barter_mini.core.method.MethodController.graph_safe`
+  is False: its checks read values on the host, its gradients feed an update),
+* its batch has another shape than the graph's (an epoch's last, smaller batch),
+* the tensors changed since the capture: that step runs eagerly on a side stream (which
+  also warms up what a capture must not allocate lazily), then the graph is recorded.
+
+The capture itself executes nothing. The loss is checked after the replay, so under graphs
+a non-finite loss stops the run one optimizer step later than an eager run would.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ..core.execution import Execution
+from ..core.method import MethodController
+from ..errors import BarterError
+from .step import StepOutcome, training_step
+
+
+def check_graphs_possible(device: torch.device, *, compile: bool, recompute: bool, distributed: bool) -> None:
+    """One-line errors where a run asks for CUDA graphs that cannot be had."""
+    if device.type != "cuda":
+        raise BarterError(f"--cuda-graphs needs a CUDA device; this run is on {device.type}: leave it off")
+    if compile or recompute:
+        # a compiled layer brings its own graphs; the recompute's saved-tensor hooks run
+        # Python at every backward, which a replay would skip
+        raise BarterError("--cuda-graphs cannot be combined with --compile or --recompute; choose one")
+    if distributed:
+        raise BarterError("--cuda-graphs runs on one process: DDP's gradient buckets are not captured here")
+
+
+@dataclass
+class CudaBackend:
+    """What records and replays a graph: CUDA's own. A test may put a host-only stand-in here."""
+
+    def graph(self):
+        return torch.cuda.CUDAGraph()
+
+    def capture(self, graph, body: Callable[[], Any]) -> Any:
+        with torch.cuda.graph(graph):
+            return body()
+
+    def replay(self, graph) -> None:
+        graph.replay()
+
+    def side_stream(self, body: Callable[[], Any]) -> Any:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            result = body()
+        torch.cuda.current_stream().wait_stream(stream)
+        return result
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize()
+
+
+def tensors_signature(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple:
+    """What a graph's addresses depend on: every parameter's identity and shape, and the
+    optimizer's state tensors (a surgery replaces them all; a mask update replaces masks,
+    which the controller reports by a changed ``after_step``)."""
+    params = tuple((id(p), tuple(p.shape)) for p in model.parameters())
+    state = tuple(id(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v))
+    return params, state
+
+
+@dataclass
+class GraphedStep:
+    """Replays one recorded training step (see the module); call it as
+    :func:`~barter_mini.training.step.training_step` is called, with the step's number."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    criterion: Callable
+    controller: MethodController | None = None
+    execution: Execution = field(default_factory=Execution)
+    backend: Any = field(default_factory=CudaBackend)
+    #: how often a graph was recorded, and the wall seconds the recordings took
+    captures: int = 0
+    capture_seconds: float = 0.0
+    #: steps replayed from a graph and steps run eagerly
+    replays: int = 0
+    eager_steps: int = 0
+    _graph: Any = None
+    _signature: tuple | None = None
+    _static: dict = field(default_factory=dict)
+    _lr: list = field(default_factory=list)
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, step: int,
+                 check_loss: Callable[[torch.Tensor, torch.Tensor], Any] | None = None) -> StepOutcome:
+        graph_safe = self.controller is None or self.controller.graph_safe(step)
+        if not graph_safe or (self._graph is not None and x.shape != self._static["x"].shape):
+            return self._eager(x, y, step, check_loss)
+        if self._graph is None or tensors_signature(self.model, self.optimizer) != self._signature:
+            outcome = self._eager(x, y, step, check_loss, warm_up=True)
+            # record only where the recorded before_step is the next step's: not before an
+            # update (it would read values on the host), not after one (the tensors changed)
+            if outcome.changed is None and (self.controller is None or self.controller.graph_safe(step + 1)):
+                self._record(x, y)
+            return outcome
+        self._static["x"].copy_(x)
+        self._static["y"].copy_(y)
+        for group, lr in zip(self.optimizer.param_groups, self._lr):
+            lr.fill_(float(group["lr"]) if not torch.is_tensor(group["lr"]) else group["lr"])
+        self.backend.replay(self._graph)
+        self.replays += 1
+        loss, logits = self._static["loss"], self._static["logits"]
+        if check_loss is not None:
+            check_loss(loss, logits)
+        return self._after(StepOutcome(loss, logits), step, x)
+
+    def _eager(self, x, y, step, check_loss, warm_up: bool = False) -> StepOutcome:
+        self.eager_steps += 1
+
+        def body() -> StepOutcome:
+            return training_step(self.model, self.optimizer, x, y, criterion=self.criterion,
+                                 controller=self.controller, step=None, check_loss=check_loss,
+                                 execution=self.execution)
+        outcome = self.backend.side_stream(body) if warm_up else body()
+        return self._after(outcome, step, x)
+
+    def _after(self, outcome: StepOutcome, step: int, x: torch.Tensor) -> StepOutcome:
+        """The controller's ``after_step``, outside any graph (it may change the tensors)."""
+        if self.controller is not None:
+            started = time.perf_counter()
+            outcome.changed = self.controller.after_step(step)
+            if outcome.changed is not None:
+                self.backend.synchronize()
+                outcome.update_seconds = time.perf_counter() - started
+                self._graph = None               # the tensors the graph addressed are gone
+        return outcome
+
+    def _record(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Record one step on static input buffers, the learning rates as tensors."""
+        started = time.perf_counter()
+        self.backend.synchronize()
+        self._static = {"x": x.clone(), "y": y.clone()}
+        self._lr = []
+        for group in self.optimizer.param_groups:
+            value = group["lr"]
+            lr = value if torch.is_tensor(value) else torch.tensor(float(value), device=x.device)
+            group["lr"] = lr
+            self._lr.append(lr)
+        graph = self.backend.graph()
+        controller = self.controller
+
+        def body() -> None:
+            self.optimizer.zero_grad(set_to_none=True)
+            with self.execution.autocast(x.device, cache_enabled=False):    # no cache outliving a replay
+                logits = self.model(self._static["x"])
+                loss = self.criterion(logits, self._static["y"])
+            loss.backward()
+            if controller is not None:
+                controller.before_step()
+            self.optimizer.step()
+            self._static["logits"], self._static["loss"] = logits, loss
+
+        self.backend.capture(graph, body)
+        self.backend.synchronize()
+        self._graph = graph
+        self._signature = tensors_signature(self.model, self.optimizer)
+        self.captures += 1
+        self.capture_seconds += time.perf_counter() - started
+
+    def metrics(self) -> dict:
+        """What metrics.json reports of the graphs."""
+        return {"graph_captures": self.captures, "graph_capture_s": self.capture_seconds,
+                "graph_replays": self.replays, "graph_eager_steps": self.eager_steps}

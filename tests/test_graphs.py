@@ -1,0 +1,117 @@
+"""CUDA graphs of whole training steps (training.graphs): when a step is recorded, replayed or
+run eagerly. The recording itself needs a GPU; here a host stand-in "replays" a recorded step
+by running its body again on the recorded input buffers and learning-rate tensors, so a run
+through GraphedStep must equal the eager run across BARTER's topology updates, up to the
+rounding of a float32 learning-rate tensor where an eager step reads a Python float (the
+test gives both runs float32 tensors, so they must agree bit for bit)."""
+
+import pytest
+import torch
+
+from barter_mini.core.execution import Execution
+from barter_mini.errors import BarterError
+from barter_mini.measure.bench import build_training_step
+from barter_mini.training.graphs import GraphedStep, check_graphs_possible
+from barter_mini.training.run_config import RunConfig
+from barter_mini.training.step import training_step
+from barter_mini.training.trainer import build_training
+
+
+class HostBackend:
+    """A host stand-in for CUDA's graphs: a capture runs the body once and then undoes its
+    effects (a real capture executes nothing), remembering the learning-rate tensors the
+    recorded optimizer step read; a replay runs the body again with them."""
+
+    def __init__(self, t):
+        self.t = t
+        self.captures = 0
+
+    def graph(self):
+        return {}
+
+    def _live(self):
+        t = self.t
+        return ([p for p in t.model.parameters()]
+                + [v for s in t.optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+                + t.controller.statistics.tensors())
+
+    def capture(self, graph, body):
+        saved = [v.detach().clone() for v in self._live()]
+        graph["body"] = body
+        graph["lr"] = [group["lr"] for group in self.t.optimizer.param_groups]
+        body()
+        with torch.no_grad():
+            for live, value in zip(self._live(), saved):
+                live.copy_(value)
+        self.captures += 1
+
+    def replay(self, graph):
+        floats = [group["lr"] for group in self.t.optimizer.param_groups]
+        for group, lr in zip(self.t.optimizer.param_groups, graph["lr"]):
+            group["lr"] = lr                  # what the recorded kernels read
+        graph["body"]()
+        for group, value in zip(self.t.optimizer.param_groups, floats):
+            group["lr"] = value
+
+    def side_stream(self, body):
+        return body()
+
+    def synchronize(self):
+        pass
+
+
+def test_graphed_steps_equal_eager_steps_across_topology_updates():
+    """Two runs of the same BARTER configuration, one eager, one through GraphedStep on the
+    host stand-in, with the real LR schedule and an epoch's last smaller batch: the same
+    allocations, weights and statistics, bit for bit, after updates that moved units."""
+    run = RunConfig(method="barter", dataset="digits", recipe="smoke", epochs=3, density=0.5, seed=3, delta_t=4,
+                    progress=False)
+    eager, graphed_run = build_training(run), build_training(run)
+    backend = HostBackend(graphed_run)
+    graphed = GraphedStep(graphed_run.model, graphed_run.optimizer, graphed_run.criterion, graphed_run.controller,
+                          Execution(), backend)
+    step, moved = 0, 0
+    for _ in range(3):
+        for x, y in eager.loaders[0]:
+            step += 1
+            outcome = training_step(eager.model, eager.optimizer, x, y, criterion=eager.criterion,
+                                    controller=eager.controller, step=step)
+            mirrored = graphed(x, y, step)
+            assert (outcome.changed is None) == (mirrored.changed is None)
+            moved += sum(r.executed for r in (outcome.changed or {}).values())
+            assert torch.equal(mirrored.loss, outcome.loss)
+            for t in (eager, graphed_run):
+                t.scheduler.step_update(step)
+                for group in t.optimizer.param_groups:   # as a recorded step reads it: float32
+                    group["lr"] = torch.tensor(float(group["lr"]))
+    assert moved > 0
+    for a, b in zip(eager.model.parameters(), graphed_run.model.parameters()):
+        assert a.shape == b.shape and torch.equal(a, b)
+    for a, b in zip(eager.controller.statistics.tensors(), graphed_run.controller.statistics.tensors()):
+        assert torch.equal(a, b)
+    changing = [s for s in eager.controller.changing_steps() if s <= step]
+    assert graphed.captures == backend.captures >= len(changing) and graphed.replays > step // 2
+    assert graphed.replays + graphed.eager_steps == step
+    # no graph outlives an update: each is followed by an eager warm-up step before recording
+    assert graphed.eager_steps >= len(changing) + graphed.captures
+
+
+def test_graphs_are_refused_where_they_cannot_work():
+    with pytest.raises(BarterError, match="needs a CUDA device; this run is on cpu"):
+        check_graphs_possible(torch.device("cpu"), compile=False, recompute=False, distributed=False)
+    with pytest.raises(BarterError, match="cannot be combined with --compile or --recompute"):
+        check_graphs_possible(torch.device("cuda"), compile=True, recompute=False, distributed=False)
+    with pytest.raises(BarterError, match="runs on one process"):
+        check_graphs_possible(torch.device("cuda"), compile=False, recompute=False, distributed=True)
+    with pytest.raises(BarterError, match="needs a CUDA device; this run asks for the cpu"):
+        RunConfig(cuda_graphs=True, device="cpu").validate()
+    with pytest.raises(BarterError, match="cannot be combined"):
+        RunConfig(cuda_graphs=True, recompute=True).validate()
+
+
+def test_which_methods_may_replay():
+    barter = build_training_step("cct-mini", "barter", 0.5, 4, 200, torch.device("cpu")).controller
+    update = barter.schedule.update_steps[0]
+    assert barter.graph_safe(update + 1) and not barter.graph_safe(update)
+    assert build_training_step("cct-mini", "static", 0.5, 4, 200, torch.device("cpu")).controller.graph_safe(1)
+    assert not build_training_step("cct-mini", "rigl", 0.5, 4, 200, torch.device("cpu")).controller.graph_safe(1)
