@@ -11,7 +11,7 @@ LAB_ARGS ?=
 FASHION_DEBIAN := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install system-book system-test data test book lab clean
+.PHONY: install system-book system-test data test book lab gpu-bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ ifneq ($(PROFILE),smoke)
 	$(VENV)/bin/barter-mini sweep --book $(PROFILE) --jobs $(BOOK_JOBS)
 endif
 	$(VENV)/bin/barter-mini book --profile $(PROFILE)
+
+# The GPU check (issue 25): both paper models and a timm ViT-S/16, every method and density,
+# eager fp32, bf16 and bf16 + CUDA graphs, profiled; rows as JSON in gpu-bench.json. On a
+# machine without pip access: PYTHONPATH=. python3 -m barter_mini.cli bench --profile paper-gpu
+gpu-bench: install
+	$(PY) -m barter_mini.cli bench --profile paper-gpu --out gpu-bench.json
 
 # The notebooks in JupyterLab, on the venv's python3 kernel (the kernel every notebook names).
 # On a headless machine: make lab LAB_ARGS="--no-browser --ip 127.0.0.1 --port 8888"

@@ -150,15 +150,23 @@ def cmd_bench(args) -> int:
     grid = {name: value for name, value in (("methods", args.methods), ("densities", args.densities))
             if value is not None}                  # unset: bench's own defaults
     executions = list(args.executions or ["eager"])
-    executions += [name for name, wanted in (("compiled", args.compile), ("recompute", args.recompute))
+    executions += [name for name, wanted in (("compiled", args.compile), ("recompute", args.recompute),
+                                             ("graphs", args.cuda_graphs))
                    if wanted and name not in executions]
-    rows = bench(args.model, batch=args.batch, steps=args.steps, warmup=args.warmup,
-                 segment_steps=args.segment_steps, update_samples=args.update_samples, device=args.device,
-                 seed=args.seed, progress=not args.json, executions=executions,
-                 profile_steps=args.profile_steps, precisions=args.precision or ["fp32"], **grid)
+    if args.profile == "paper-gpu":
+        from .measure.gpu_check import run_gpu_check
+        rows = run_gpu_check(args.device, progress=not args.json)
+    else:
+        rows = bench(args.model, batch=args.batch, steps=args.steps, warmup=args.warmup,
+                     segment_steps=args.segment_steps, update_samples=args.update_samples, device=args.device,
+                     seed=args.seed, progress=not args.json, executions=executions,
+                     profile_steps=args.profile_steps, precisions=args.precision, **grid)
     if args.out:
         write_json(Path(args.out), rows)
-    print(json.dumps(rows, indent=2) if args.json else format_report(rows))
+    models = list(dict.fromkeys(row["model"] for row in rows))
+    print(json.dumps(rows, indent=2) if args.json else
+          "\n\n".join(f"== {model}\n" + format_report([r for r in rows if r["model"] == model]) for model in models)
+          if len(models) > 1 else format_report(rows))
     return 0
 
 
@@ -390,6 +398,12 @@ def _bench_parser(sub) -> None:
                    help="comma-separated, from eager, compiled, recompute (default: eager); "
                         "each is measured side by side with the others")
     p.add_argument("--compile", action="store_true", help="also measure every case with its layers compiled")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="also measure every case with its step replayed from a CUDA graph (CUDA only)")
+    p.add_argument("--profile", choices=("paper-gpu",),
+                   help="paper-gpu: both paper models at the paper's batch sizes and a timm ViT-S/16, every method "
+                        "and density, eager fp32, bf16 and bf16 + CUDA graphs, profiled (one GPU, a few minutes); "
+                        "the grid flags are then ignored")
     p.add_argument("--precision", type=_comma_list(str, "precisions"),
                    help="comma-separated, from fp32, bf16 (default: fp32): every execution is measured in each, "
                         "the forward pass and loss under torch.autocast")

@@ -186,3 +186,23 @@ def test_the_profiler_writes_no_log_lines_to_stderr():
             "    torch.ones(4, 4) @ torch.ones(4, 4)\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "profiler_start" not in result.stderr and "gpuGetDeviceCount" not in result.stderr, result.stderr
+
+
+def test_the_gpu_check_plans_every_case_and_refuses_a_machine_without_a_gpu(monkeypatch):
+    from barter_mini.errors import BarterError
+    from barter_mini.measure.bench import check_bench_arguments
+    from barter_mini.measure.gpu_check import GPU_CHECK, GPU_EXECUTIONS, run_gpu_check
+    planned = {case.model: check_bench_arguments(case.model, case.methods, case.densities, case.batch, 1,
+                                                 GPU_EXECUTIONS) for case in GPU_CHECK}
+    cct = planned["cct-paper"]
+    assert {e for _, _, e in cct} == {"eager", "bf16", "bf16+graphs"}
+    graphed = {m for m, _, e in cct if e == "bf16+graphs"}
+    assert graphed == {"dense", "static", "barter"}            # the masked methods cannot replay
+    assert {m for m, _, e in cct if e == "eager"} >= {"dense", "rigl", "static", "barter"}
+    # per execution dense once, then each method at each density; no rigl under graphs
+    assert len(planned["timm:vit_small_patch16_224"]) == 2 * (1 + 3 * 2) + (1 + 2 * 2)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(BarterError, match="measures a CUDA GPU"):
+        run_gpu_check()
+    with pytest.raises(BarterError, match="needs a CUDA device"):
+        bench("cct-mini", ["barter"], [0.3], batch=2, steps=1, device="cpu", progress=False, executions=["graphs"])

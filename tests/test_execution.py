@@ -118,7 +118,8 @@ def test_train_with_compile_or_recompute(aot_eager, tmp_path):
 
 
 def test_executions_and_their_bad_names():
-    assert list(EXECUTIONS) == ["eager", "compiled", "recompute", "bf16", "compiled+bf16", "recompute+bf16"]
+    assert list(EXECUTIONS) == ["eager", "compiled", "recompute", "graphs", "bf16", "compiled+bf16", "recompute+bf16",
+                               "bf16+graphs"]
     cases = check_bench_arguments("cct-mini", ["dense", "barter"], [0.3], 4, 1, ["eager", "compiled"])
     assert cases == [("dense", 1.0, "eager"), ("barter", 0.3, "eager"),
                      ("dense", 1.0, "compiled"), ("barter", 0.3, "compiled")]

@@ -97,12 +97,15 @@ def test_graphed_steps_equal_eager_steps_across_topology_updates():
 
 
 def test_graphs_are_refused_where_they_cannot_work():
+    static = build_training_step("cct-mini", "static", 0.5, 4, 200, torch.device("cpu")).controller
+    rigl = build_training_step("cct-mini", "rigl", 0.5, 4, 200, torch.device("cpu")).controller
     with pytest.raises(BarterError, match="needs a CUDA device; this run is on cpu"):
-        check_graphs_possible(torch.device("cpu"), compile=False, recompute=False, distributed=False)
-    with pytest.raises(BarterError, match="cannot be combined with --compile or --recompute"):
-        check_graphs_possible(torch.device("cuda"), compile=True, recompute=False, distributed=False)
+        check_graphs_possible(torch.device("cpu"), static, "static")
     with pytest.raises(BarterError, match="runs on one process"):
-        check_graphs_possible(torch.device("cuda"), compile=False, recompute=False, distributed=True)
+        check_graphs_possible(torch.device("cuda"), static, "static", distributed=True)
+    with pytest.raises(BarterError, match="rigl does work on the host before every step"):
+        check_graphs_possible(torch.device("cuda"), rigl, "rigl")
+    check_graphs_possible(torch.device("cuda"), static, "static")        # nothing to refuse
     with pytest.raises(BarterError, match="needs a CUDA device; this run asks for the cpu"):
         RunConfig(cuda_graphs=True, device="cpu").validate()
     with pytest.raises(BarterError, match="cannot be combined"):

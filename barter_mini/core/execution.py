@@ -31,14 +31,20 @@ class Execution:
     """``compile``: the encoder layers through ``torch.compile`` with dynamic shapes;
     ``recompute``: LayerNorm and GELU outputs recomputed in backward instead of saved, and a
     CCT's tokenizer activations rebuilt from the images (``torch.utils.checkpoint``);
-    ``precision``: a name of :data:`PRECISIONS` (:meth:`autocast`)."""
+    ``precision``: a name of :data:`PRECISIONS` (:meth:`autocast`); ``graphs``: each step
+    replayed from a recorded CUDA graph (:mod:`barter_mini.training.graphs`)."""
 
     compile: bool = False
     recompute: bool = False
     precision: str = "fp32"
+    graphs: bool = False
 
     def __post_init__(self) -> None:
         choose("precision", self.precision, PRECISIONS)
+        if self.graphs and (self.compile or self.recompute):
+            # a compiled layer brings its own graphs; the recompute's saved-tensor hooks run
+            # Python at every backward, which a replay would skip
+            raise BarterError("--cuda-graphs cannot be combined with --compile or --recompute; choose one")
         if self.compile and self.recompute:
             # the recompute's per-forward module hooks would break Dynamo's graphs at every
             # LayerNorm and GELU; under compile, AOTAutograd's partitioner already chooses
@@ -49,7 +55,7 @@ class Execution:
     @property
     def name(self) -> str:
         parts = [part for part, on in (("compiled", self.compile), ("recompute", self.recompute),
-                                       (self.precision, self.precision != "fp32")) if on]
+                                       (self.precision, self.precision != "fp32"), ("graphs", self.graphs)) if on]
         return "+".join(parts) or "eager"
 
     def autocast(self, device: torch.device | str, cache_enabled: bool = True):
@@ -79,7 +85,7 @@ class Execution:
 
 
 #: the executions ``barter-mini bench`` can measure side by side, by name (eager, compiled,
-#: recompute, each also in bf16: bf16, compiled+bf16, recompute+bf16)
+#: recompute, graphs, each also in bf16: bf16, compiled+bf16, recompute+bf16, bf16+graphs)
 EXECUTIONS = {execution.name: execution for precision in PRECISIONS for execution in
               (Execution(precision=precision), Execution(compile=True, precision=precision),
-               Execution(recompute=True, precision=precision))}
+               Execution(recompute=True, precision=precision), Execution(precision=precision, graphs=True))}

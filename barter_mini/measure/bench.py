@@ -8,6 +8,8 @@ For every method and density, on synthetic input of the model's shape (Tables 6-
   (:func:`~barter_mini.measure.timing.interleaved_times`);
 * ``epoch_s``: a contiguous measured segment of steps, per step, plus the amortised cost of
   the topology updates, times the steps of one epoch of the model's paper dataset;
+* with ``profile_steps`` on a GPU: kernel launches per step and the share of the step the GPU
+  was busy (:func:`~barter_mini.measure.breakdown.device_activity`);
 * ``peak_mem_mb``: the peak of one real step (:func:`~barter_mini.measure.memory.step_memory`);
 * ``train_gflops_per_image``: what the dense kernels execute, in the paper's convention
   (3 x forward), and FlopCounterMode's own forward + backward count beside it; the masked
@@ -42,11 +44,12 @@ from ..core.models import build_model, get_model_config
 from ..errors import BarterError, check_integer, choose
 from ..training.methods import MethodSetup, check_methods, get_method
 from ..training.recipes import get_recipe
+from ..training.graphs import GraphedStep, check_graphs_possible
 from ..training.step import training_step
 from ..training.run_config import RunConfig
 from ..training.optimization import make_criterion, make_optimizer, resolve_device
 from .memory import step_memory
-from .breakdown import step_profile
+from .breakdown import device_activity, step_profile
 from .timing import interleaved_times, timed
 
 #: what one epoch of each paper dataset holds (training images), for seconds per epoch
@@ -78,6 +81,9 @@ class TrainingStep:
     #: the steps at which the controller changes the model (asked once: BARTER scans its schedule)
     changing_steps: list[int] = field(init=False)
 
+    #: the step replayed from CUDA graphs (an execution with ``graphs``), else None
+    graphed: GraphedStep | None = None
+
     def __post_init__(self) -> None:
         self.changing_steps = self.controller.changing_steps()
         self._changing = set(self.changing_steps)
@@ -89,8 +95,12 @@ class TrainingStep:
         self.run(self.step)
 
     def run(self, step: int, controller_after_step: bool = True) -> None:
-        """Optimizer step number ``step`` (:func:`~barter_mini.training.step.training_step`);
-        without ``controller_after_step`` the controller's update is not run."""
+        """Optimizer step number ``step`` (:func:`~barter_mini.training.step.training_step`, or
+        its graph's replay); without ``controller_after_step`` the controller's update is not
+        run (and the step runs eagerly: a graph's step ends with it)."""
+        if self.graphed is not None and controller_after_step:
+            self.graphed(self.x, self.y, step)
+            return
         training_step(self.model, self.optimizer, self.x, self.y, criterion=self.criterion,
                       controller=self.controller, step=step if controller_after_step else None,
                       execution=self.execution)
@@ -107,21 +117,26 @@ def build_training_step(model_name: str, method: str, density: float, batch: int
     spec = get_method(method)
     torch.manual_seed(seed)
     model = build_model(config, spec.model_density(run.density)).to(device)
-    optimizer = make_optimizer(model, recipe)
+    optimizer = make_optimizer(model, recipe, capturable=execution.graphs)
     controller = spec.build(MethodSetup(model, optimizer, run.density, total_steps, recipe, seed))
+    if execution.graphs:
+        check_graphs_possible(device, controller, method)
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, config.in_chans, config.img_size, config.img_size, generator=generator).to(device)
     y = torch.randint(0, config.num_classes, (batch,), generator=generator).to(device)
     execution.apply(model)
-    return TrainingStep(method, run.density, model, optimizer, controller, x, y, execution, make_criterion(recipe))
+    criterion = make_criterion(recipe)
+    graphed = GraphedStep(model, optimizer, criterion, controller, execution) if execution.graphs else None
+    return TrainingStep(method, run.density, model, optimizer, controller, x, y, execution, criterion,
+                        graphed=graphed)
 
 
 def check_bench_arguments(model: str, methods, densities, batch: int, steps: int,
                           executions=("eager",), profile_steps: int = 0,
-                          precisions=("fp32",)) -> list[tuple[str, float, str]]:
+                          precisions=None) -> list[tuple[str, float, str]]:
     """The (method, density, execution) cases to measure, dense once at rho = 1 (per
-    execution); each execution in each of ``precisions`` (``eager`` in bf16 is ``bf16``);
-    one-line errors otherwise."""
+    execution); with ``precisions``, each execution in each of them (``eager`` in bf16 is
+    ``bf16``); one-line errors otherwise."""
     config = get_model_config(model)
     methods = check_methods(methods)
     if not densities:
@@ -137,14 +152,18 @@ def check_bench_arguments(model: str, methods, densities, batch: int, steps: int
         raise BarterError(f"executions must list at least one of {', '.join(EXECUTIONS)}")
     for execution in executions:
         choose("execution", execution, EXECUTIONS)
-    if isinstance(precisions, str) or not precisions:
-        raise BarterError(f"precisions must list at least one of {', '.join(PRECISIONS)}")
-    for precision in precisions:
-        choose("precision", precision, PRECISIONS)
-    executions = list(dict.fromkeys(replace(EXECUTIONS[e], precision=p).name for p in precisions for e in executions))
+    if precisions is not None:
+        if isinstance(precisions, str) or not precisions:
+            raise BarterError(f"precisions must list at least one of {', '.join(PRECISIONS)}")
+        for precision in precisions:
+            choose("precision", precision, PRECISIONS)
+        executions = [replace(EXECUTIONS[e], precision=p).name for p in precisions for e in executions]
+    executions = list(dict.fromkeys(executions))
     fixed = [(m, get_method(m).fixed_density) for m in methods if get_method(m).fixed_density is not None]
     cases = [(m, check_density(d)) for d in densities for m in methods if get_method(m).fixed_density is None]
-    return [(m, d, e) for e in executions for m, d in fixed + cases]
+    # a method whose steps cannot be replayed (the masked ones) has no rows under graphs
+    return [(m, d, e) for e in executions for m, d in fixed + cases
+            if not EXECUTIONS[e].graphs or get_method(m).replayable]
 
 
 def compute_and_size(setup: TrainingStep) -> dict:
@@ -253,17 +272,19 @@ def timing_columns(setup: TrainingStep, times: list[float], device: torch.device
                "update_percent_of_training": 100 * update_s_per_step / per_step_s, **compiling}
     if profile_steps:
         columns.update({f"profile_{category}_ms": ms for category, ms in step_profile(setup, profile_steps).items()})
+        if device.type == "cuda":
+            columns.update({f"profile_{name}": value for name, value in device_activity(setup, profile_steps).items()})
     return columns
 
 
 def bench(model: str = "cct-paper", methods=DEFAULT_METHODS, densities=DEFAULT_DENSITIES, batch: int = 32,
           steps: int = 5, warmup: int = 2, segment_steps: int = 3, update_samples: int = 3,
           device: str = "auto", seed: int = 0, progress: bool = True, executions=("eager",),
-          profile_steps: int = 0, precisions=("fp32",)) -> list[dict]:
+          profile_steps: int = 0, precisions=None) -> list[dict]:
     """Measure every (method, density, execution) of the grid in one run; one row each (see
     the module). ``executions`` are names of :data:`~barter_mini.core.execution.EXECUTIONS`:
-    ``eager``, ``compiled``, ``recompute``, each measured in every one of ``precisions``
-    (``fp32``, ``bf16``). With ``profile_steps``,
+    ``eager``, ``compiled``, ``recompute``, ``graphs``, ``bf16``, ...; with ``precisions``
+    (``fp32``, ``bf16``), each of them in each precision. With ``profile_steps``,
     each case also runs that many steps under the profiler: ``profile_CATEGORY_ms`` columns
     (:func:`~barter_mini.measure.breakdown.step_profile`)."""
     cases = check_bench_arguments(model, methods, densities, batch, steps, executions, profile_steps, precisions)

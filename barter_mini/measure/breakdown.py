@@ -21,7 +21,10 @@ method's gradient and weight masking).
 from __future__ import annotations
 
 import os
+import time
 
+import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from ..core.unit_statistics import PROFILE_LABEL as STATISTICS_LABEL
@@ -86,6 +89,30 @@ def step_profile(step, steps: int = 3) -> dict[str, float]:
     out = {category: ms / steps for category, ms in totals.items()}
     out["total"] = sum(out.values())
     return out
+
+
+#: the CUDA runtime calls that launch work: one per kernel, one per replayed graph
+LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cudaGraphLaunch")
+
+
+def device_activity(step, steps: int = 3) -> dict[str, float]:
+    """On a GPU: per step of ``step``, the launches the host made (:data:`LAUNCH_CALLS`; a
+    replayed CUDA graph is one) and ``device_busy``, the kernels' summed time over the wall
+    time of the steps (under the profiler, which slows the host: a lower bound). A step bound
+    by launches leaves the GPU idle between small kernels (issue 25)."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("device_activity profiles a CUDA device; there is none")
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        started = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        wall_us = (time.perf_counter() - started) * 1e6
+    events = prof.events()
+    launches = sum(1 for e in events if e.name.startswith(LAUNCH_CALLS))
+    kernel_us = sum(e.time_range.elapsed_us() for e in events if e.device_type == DeviceType.CUDA)
+    return {"launches_per_step": launches / steps, "device_busy": min(1.0, kernel_us / wall_us)}
 
 
 def ideal_without_fixed_work(ours: dict, theirs: dict, ideal_speedup: float) -> dict:

@@ -42,16 +42,18 @@ from ..errors import BarterError
 from .step import StepOutcome, training_step
 
 
-def check_graphs_possible(device: torch.device, *, compile: bool, recompute: bool, distributed: bool) -> None:
-    """One-line errors where a run asks for CUDA graphs that cannot be had."""
+def check_graphs_possible(device: torch.device, controller: MethodController | None, method: str,
+                          distributed: bool = False) -> None:
+    """One-line errors where a run asks for CUDA graphs that cannot be had (the execution
+    itself refuses them with compile or recompute)."""
     if device.type != "cuda":
         raise BarterError(f"--cuda-graphs needs a CUDA device; this run is on {device.type}: leave it off")
-    if compile or recompute:
-        # a compiled layer brings its own graphs; the recompute's saved-tensor hooks run
-        # Python at every backward, which a replay would skip
-        raise BarterError("--cuda-graphs cannot be combined with --compile or --recompute; choose one")
     if distributed:
         raise BarterError("--cuda-graphs runs on one process: DDP's gradient buckets are not captured here")
+    if (controller is not None and type(controller).graph_safe is MethodController.graph_safe
+            and not controller.graph_safe(0)):
+        raise BarterError(f"--cuda-graphs: {method} does work on the host before every step, which a graph "
+                          "cannot replay; it is offered for dense, static, oneshot and barter")
 
 
 @dataclass

@@ -63,6 +63,14 @@ class Method:
     fixed_density: float | None = None
     needs_init: bool = False
 
+    @property
+    def replayable(self) -> bool:
+        """Whether its steps can be replayed from CUDA graphs (``--cuda-graphs``): its
+        controller does nothing before a step, or says which steps it may replay
+        (:meth:`~barter_mini.core.method.MethodController.graph_safe`)."""
+        c = self.controller
+        return c.graph_safe is not MethodController.graph_safe or c.before_step is MethodController.before_step
+
     def model_density(self, density: float) -> float:
         """The density of the model this method builds: full width, or compact at ``density``."""
         return 1.0 if self.full_width else density

@@ -153,17 +153,15 @@ class RunConfig:
         for name in ("compile", "recompute", "cuda_graphs"):
             if not isinstance(getattr(self, name), bool):
                 raise BarterError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        self.execution()                                  # refuses compile with recompute, an unknown precision
-        if self.cuda_graphs and (self.compile or self.recompute):
-            raise BarterError("--cuda-graphs cannot be combined with --compile or --recompute; choose one")
+        self.execution()                     # refuses compile with recompute or graphs, an unknown precision
         if self.cuda_graphs and self.device == "cpu":
             raise BarterError("--cuda-graphs needs a CUDA device; this run asks for the cpu: leave it off")
         return replace(self, density=density)
 
 
     def execution(self) -> Execution:
-        """How the run's steps execute (``compile``, ``recompute``, ``precision``)."""
-        return Execution(self.compile, self.recompute, self.precision)
+        """How the run's steps execute (``compile``, ``recompute``, ``precision``, ``cuda_graphs``)."""
+        return Execution(self.compile, self.recompute, self.precision, self.cuda_graphs)
 
 
 def recipe_settings() -> tuple[str, ...]:

@@ -303,12 +303,8 @@ def build_training(run: RunConfig, checkpoint: dict | None = None) -> Training:
     t.graphs_at_start = graphs_compiled()
     t.execution = run.execution()
     t.execution.apply(t.model)
-    if run.cuda_graphs:
-        check_graphs_possible(device, compile=run.compile, recompute=run.recompute,
-                              distributed=distributed.is_distributed())
-        if not controller.graph_safe(0) and type(controller).graph_safe is MethodController.graph_safe:
-            raise BarterError(f"--cuda-graphs: {run.method} does work on the host before every step, which a "
-                              "graph cannot replay; it is offered for dense, static, oneshot and barter")
+    if t.execution.graphs:
+        check_graphs_possible(device, controller, run.method, distributed.is_distributed())
         t.graphed = GraphedStep(t.model, optimizer, t.criterion, controller, t.execution)
     t.forward = parallel.wrap(t.model, device)
     return t
