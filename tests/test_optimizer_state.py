@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+import nbformat
 import pandas as pd
 
-from barter_mini.book.optimizer_state import DEFAULT_POLICIES, reading_the_results
+from barter_mini.book import optimizer_state
+from barter_mini.book.optimizer_state import DEFAULT_POLICIES, figure_legend, reading_the_results, runs_legend
+from barter_mini.training.trainer import UPDATE_WINDOW
 
 
 def _runs(seeds=(0, 1, 2), spike=-0.02, warmup_gain=(0.1, -0.3, 0.2)) -> pd.DataFrame:
@@ -60,3 +66,25 @@ def test_one_seed_decides_nothing():
 def test_without_the_default_there_is_no_comparison():
     text = reading_the_results(_runs()[lambda r: r["policy"] != "fresh"])
     assert "against `fresh`" not in text and "rigl `warmup` +0.50" in text
+
+
+def test_the_legends_state_the_windows_the_code_uses(monkeypatch):
+    """Chapter 07's legends say how many steps the runs record and the spike averages, from
+    the constants, so the page cannot contradict the code when they change."""
+    assert optimizer_state.UPDATE_WINDOW == UPDATE_WINDOW
+    monkeypatch.setattr(optimizer_state, "UPDATE_WINDOW", 4)
+    monkeypatch.setattr(optimizer_state, "SPIKE_STEPS", 1)
+    assert "over the one step after an update (relative to the four steps before it;" in runs_legend()
+    assert figure_legend().startswith("Training loss minus its mean over the four steps before the update, "
+                                      "at each step from -3 to 4 (")
+    monkeypatch.setattr(optimizer_state, "UPDATE_WINDOW", 20)
+    assert "from -19 to 20" in figure_legend() and "the 20 steps before" in figure_legend()
+
+
+def test_chapter_07s_prose_types_no_window_length():
+    """The Markdown cells leave the windows' lengths to the legends above."""
+    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "07_optimizer_state.ipynb"
+    text = "\n".join(c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "markdown")
+    for n in {UPDATE_WINDOW, optimizer_state.SPIKE_STEPS}:
+        for spelled in (f"{n}", optimizer_state._WORDS[n]):
+            assert not re.search(rf"\b{spelled} (steps|before|after)\b", text, re.IGNORECASE), spelled

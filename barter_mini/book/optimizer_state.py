@@ -32,6 +32,7 @@ from ..errors import BarterError, check_list
 from ..masked.base import MaskedSettings
 from ..training.cache import cached_train
 from ..training.run_config import RunConfig
+from ..training.trainer import UPDATE_WINDOW
 from .experiments import mean_std, profile_run
 from .profiles import Profile
 from .report import METHOD_PALETTE, require_method_legend
@@ -48,6 +49,35 @@ POLICIES: dict[tuple[str, str], dict] = {
 SPIKE_STEPS = 3
 #: each method's default policy, the one the others are measured against
 DEFAULT_POLICIES = {"barter": BarterSettings.clone_moments, "rigl": MaskedSettings.regrow_moments}
+
+
+#: small counts as the legends write them
+_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
+
+
+def _steps(n: int) -> str:
+    """``ten steps``, ``one step``; digits above twelve."""
+    return f"{_WORDS[n] if 0 <= n < len(_WORDS) else f'{n:,}'} step{'' if n == 1 else 's'}"
+
+
+def runs_legend() -> str:
+    """The legend of chapter 07's table of runs, as Markdown, with the windows the code uses:
+    :data:`SPIKE_STEPS` after an update, :data:`~barter_mini.training.trainer.UPDATE_WINDOW`
+    before it."""
+    return ("One row per run: validation and test Top-1 (%), the number of updates, the mean change of the "
+            f"training loss over the {_steps(SPIKE_STEPS)} after an update (relative to the "
+            f"{_steps(UPDATE_WINDOW)} before it; positive: a spike), and the heads and FFN channels the run "
+            "moved between layers.")
+
+
+def figure_legend() -> str:
+    """The legend of chapter 07's figure (:func:`plot_loss_around_updates`), as Markdown: the
+    steps it shows are the :data:`~barter_mini.training.trainer.UPDATE_WINDOW` steps a run
+    records on either side of an update."""
+    return (f"Training loss minus its mean over the {_steps(UPDATE_WINDOW)} before the update, at each step "
+            f"from {1 - UPDATE_WINDOW} to {UPDATE_WINDOW} (step 0 is the last one before the update, which "
+            "happens between step 0 and step 1), one line per policy. A cold start shows as a rise right "
+            "after the line.")
 
 
 def check_policies(labels) -> list[tuple[str, str]]:

@@ -1,6 +1,9 @@
 """The paper's numbers that the book's Markdown pages quote, read from ``data/paper/`` (the
 same files the notebooks compare against), as MyST substitutions: a page writes
 ``{{ iphone_speedup }}`` and the build fills it in, so no number is typed in two places.
+Beside them, the numbers of ``barter_mini``'s own models that the pages set against the
+paper's (:func:`model_substitutions`: budgets, parameter counts, GFLOPs, the schedule), so
+that they follow the code.
 
 :func:`paper_substitutions` is what the book build writes into the staged ``_config.yml``
 (``parse.myst_substitutions``).
@@ -8,8 +11,21 @@ same files the notebooks compare against), as MyST substitutions: a page writes
 
 from __future__ import annotations
 
+import inspect
+from functools import cache
+
+from ..core.barter import BarterSettings, TransferSchedule
+from ..core.budgets import compute_budget
+from ..core.counting import count_parameters, training_gflops_per_image
+from ..core.models import build_model, get_model_config
+from ..training.data.datasets import load_dataset
 from ..training.recipes import RECIPES
 from .experiments import paper_from_scratch, read_paper_table
+
+#: CIFAR-100's official training images, of which ``load_dataset`` holds ``val_fraction`` out
+CIFAR100_TRAIN_IMAGES = 50_000
+#: small counts as the prose writes them
+_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 
 
 def _accuracy(table, method: str, density: float) -> float:
@@ -53,6 +69,179 @@ def _listed(values) -> str:
     """``66.13, 71.38, 72.85 and 73.26``."""
     shown = [f"{value:.2f}" for value in values]
     return ", ".join(shown[:-1]) + " and " + shown[-1] if len(shown) > 1 else shown[0]
+
+
+def _word(n: int) -> str:
+    return _WORDS[n] if 0 <= n < len(_WORDS) else f"{n:,}"
+
+
+def _and(items) -> str:
+    """``a, b and c``."""
+    items = list(items)
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+def _table3():
+    """Table 3's rows with, per row, ``barter_mini``'s budget
+    (:func:`~barter_mini.core.budgets.compute_budget`), its
+    planned transfer counts at multiplier 1 and the model's configuration."""
+    table = read_paper_table("table03_budgets")
+    rows = []
+    for row in table.itertuples(index=False):
+        config = get_model_config(row.model)
+        budget = compute_budget(config, row.density)
+        planned = TransferSchedule(1, budget, BarterSettings()).planned_totals()
+        rows.append((row, config, budget, planned))
+    return rows
+
+
+def budget_table() -> str:
+    """The method chapter's table of budgets: Table 3's (H, C) beside this rule's and rho L F."""
+    lines = [r"| model | $\rho$ | Table 3 $(H, C)$ | this rule $(H, C)$ | $\rho L F$ |",
+             "|---|---:|---:|---:|---:|"]
+    for row, config, budget, _ in _table3():
+        full_ffn = config.depth * config.ffn_per_layer
+        lines.append(f"| `{row.model}` | {row.density:g} | {row.heads}, {row.ffn:,} | {budget.heads}, {budget.ffn:,} "
+                     f"| {round(row.density * full_ffn):,} |")
+    return "\n".join(lines)
+
+
+def transfer_count_table() -> str:
+    """The method chapter's table of transfer counts: Table 3's (K_H, K_C) beside the counts
+    :class:`~barter_mini.core.barter.TransferSchedule` plans from ``barter_mini``'s budgets."""
+    lines = [r"| model | $\rho$ | Table 3 $(K_H, K_C)$ | `barter_mini` $(K_H, K_C)$ |", "|---|---:|---:|---:|"]
+    for row, _, _, planned in _table3():
+        lines.append(f"| `{row.model}` | {row.density:g} | {row.k_heads}, {row.k_ffn} "
+                     f"| {planned['heads']}, {planned['ffn']} |")
+    return "\n".join(lines)
+
+
+def _count_changes(pairs, noun: str) -> str | None:
+    """``three FFN counts move by one`` for the (ours, paper) pairs that differ; None if none do."""
+    moved = [abs(ours - paper) for ours, paper in pairs if ours != paper]
+    if not moved:
+        return None
+    by = "one" if max(moved) == 1 else f"up to {max(moved)}"
+    many = len(moved) > 1
+    return f"{_word(len(moved))} {noun} count{'s' if many else ''} move{'' if many else 's'} by {by}"
+
+
+def table3_substitutions() -> dict[str, str]:
+    """The method chapter's Table 3 (budgets and transfer counts): the two tables, the numbers
+    its prose quotes, and how ``barter_mini``'s budgets and counts differ from the paper's."""
+    rows = {(row.model, row.density): (row, config, budget, planned)
+            for row, config, budget, planned in _table3()}
+    cct01, cct07, vit03 = (rows[case][0] for case in (("cct-paper", 0.1), ("cct-paper", 0.7), ("vit-paper", 0.3)))
+    changes = [_count_changes([(planned["heads"], row.k_heads) for row, _, _, planned in rows.values()], "head"),
+               _count_changes([(planned["ffn"], row.k_ffn) for row, _, _, planned in rows.values()], "FFN")]
+    changes = [change for change in changes if change]
+
+    def rho_l_h(case) -> float:
+        row, config = rows[case][:2]
+        return row.density * config.depth * config.heads_per_layer
+
+    vit_config = rows["vit-paper", 0.3][1]
+    return {
+        "budget_table": budget_table(),
+        "transfer_count_table": transfer_count_table(),
+        # Table 3 writes the per-layer range with a hyphen: "1-2"
+        "table3_cct_rho01_heads_listed": f"{cct01.heads} ({cct01.heads_per_layer.replace('-', '–')})",
+        "table3_cct_rho01_ffn_listed": f"{cct01.ffn:,} ({cct01.ffn_per_layer.replace('-', '–')})",
+        "table3_vit_rho03_heads": f"{vit03.heads}",
+        "table3_cct_rho07_heads": f"{cct07.heads}",
+        "table3_cct_rho07_ffn": f"{cct07.ffn:,}",
+        "table3_cct_rho07_k_heads": f"{cct07.k_heads}",
+        "table3_cct_rho07_k_ffn": f"{cct07.k_ffn}",
+        "vit_rho03_rho_l_h": (rf"${vit03.density:g} \cdot {vit_config.depth} \cdot {vit_config.heads_per_layer}"
+                              rf" = {rho_l_h(('vit-paper', 0.3)):.4g}$"),
+        "vit_rho03_heads": f"{rows['vit-paper', 0.3][2].heads}",
+        "cct_rho07_rho_l_h": f"{rho_l_h(('cct-paper', 0.7)):.4g}",
+        "budget_ffn_gap_max": f"{max(abs(budget.ffn - row.ffn) for row, _, budget, _ in rows.values())}",
+        "transfer_count_changes": _and(changes) if changes else "every count stays what it is",
+    }
+
+
+def table15_substitutions() -> dict[str, str]:
+    """The method chapter's Table 15 numbers: BARTER's training GFLOPs per image and exported
+    parameters (M) on CCT at densities 0.1 and 0.5, as the paper prints them."""
+    table = read_paper_table("table15_compute_and_size_cct")
+    barter = table[table["method"] == "barter"].set_index("density")
+    return {key: f"{barter.loc[density, column]:.{places}f}"
+            for density in (0.1, 0.5)
+            for key, column, places in ((f"table15_rho{density:g}_gflops".replace(".", ""), "train_gflops_per_image", 3),
+                                        (f"table15_rho{density:g}_params_m".replace(".", ""), "params_m", 4))}
+
+
+def ablation_substitutions() -> dict[str, str]:
+    """The method chapter's Table 12: Top-1 (%) of BARTER, its three random ablations and the
+    static model, CCT on CIFAR-100, at the table's one density."""
+    table = read_paper_table("table12_ablations_cct_cifar100")
+    (density,) = table["density"].unique()
+    acc = table.set_index("method")["acc_mean"]
+    numbers = {"table12_density": f"{density:g}"}
+    for method in ("barter", "random-receiver", "random-donor", "random-pair", "static"):
+        numbers[f"table12_{method.replace('-', '_')}_acc"] = f"{acc[method]:.2f}"
+    return numbers
+
+
+def steps_per_epoch(batch_size: int, train_images: int = CIFAR100_TRAIN_IMAGES) -> int:
+    """Optimizer steps per epoch on ``train_images`` less ``load_dataset``'s default
+    validation share, in full batches (the trainer drops a last partial batch)."""
+    val_fraction = inspect.signature(load_dataset).parameters["val_fraction"].default
+    return (train_images - round(val_fraction * train_images)) // batch_size
+
+
+def schedule_substitutions(density: float = 0.5) -> dict[str, str]:
+    """The method chapter's worked schedule: CCT with the paper recipe (``RECIPES["paper-cct"]``,
+    Table 5) at ``density`` and the default :class:`~barter_mini.core.barter.BarterSettings`:
+    its steps, its update steps, how many of them move units, and when."""
+    recipe = RECIPES["paper-cct"]
+    per_epoch = steps_per_epoch(recipe.batch_size)
+    total = recipe.epochs * per_epoch
+    settings = BarterSettings()
+    schedule = TransferSchedule(total, compute_budget(get_model_config("cct-paper"), density), settings)
+    moves = {step: schedule.transfers_at(step) for step in schedule.update_steps}
+    end = settings.t_end * total
+    window = schedule.update_steps[-1]
+
+    def ffn_between(low: float, high: float) -> int:
+        return sum(m["ffn"] for step, m in moves.items() if low < step <= high)
+
+    return {
+        "cct_steps_per_epoch": f"{per_epoch}",
+        "schedule_total_steps": f"{total:,}",
+        "schedule_end_step": f"{end:,.0f}",
+        "schedule_updates": f"{len(moves):,}",
+        "schedule_moving_updates": f"{sum(1 for m in moves.values() if any(m.values()))}",
+        "schedule_ffn_updates": f"{sum(1 for m in moves.values() if m['ffn'])}",
+        "schedule_head_updates": f"{sum(1 for m in moves.values() if m['heads'])}",
+        "schedule_head_steps": _and(f"{step:,}" for step, m in moves.items() if m["heads"]),
+        "schedule_ffn_first_quarter": f"{ffn_between(0, window / 4)}",
+        "schedule_ffn_last_quarter": f"{ffn_between(3 * window / 4, window)}",
+    }
+
+
+def model_substitutions() -> dict[str, str]:
+    """The introduction's counts of ``barter_mini``'s CCT (what ``barter-mini describe`` prints
+    for ``cct-paper``): parameters and training GFLOPs per image at full width and at density
+    0.1, and the budgets there. Built once per process (two models)."""
+    return dict(_model_numbers())
+
+
+@cache
+def _model_numbers() -> dict[str, str]:
+    config = get_model_config("cct-paper")
+    dense, compact = build_model(config, 1.0), build_model(config, 0.1)
+    budget = compute_budget(config, 0.1)
+    return {
+        "cct_layers": f"{config.depth}",
+        "cct_dense_params": f"{count_parameters(dense):,}",
+        "cct_dense_gflops": f"{training_gflops_per_image(dense):.3g}",
+        "cct_rho01_params": f"{count_parameters(compact):,}",
+        "cct_rho01_gflops": f"{training_gflops_per_image(compact):.3g}",
+        "cct_rho01_heads": f"{budget.heads}",
+        "cct_rho01_ffn": f"{budget.ffn:,}",
+    }
 
 
 def cost_substitutions() -> dict[str, str]:
@@ -104,6 +293,9 @@ def paper_substitutions() -> dict[str, str]:
     compact = read_paper_table("table13_static_vs_barter_cct_cifar100")
     by_density = {method: compact[compact["method"] == method].sort_values("density")
                   for method in ("static", "barter")}
+    masked_compute = read_paper_table("table07_compute_masked_cct")
+    ahead = [density for density in sorted(paper[paper["method"] == "barter"]["density"])
+             if _accuracy(paper, "rigl", density) > _accuracy(paper, "barter", density)]
     return {
         "paper_accuracy_table": accuracy_table(paper),
         "paper_dense_acc": f"{_accuracy(paper, 'dense', 1.0):.2f}",
@@ -111,13 +303,23 @@ def paper_substitutions() -> dict[str, str]:
         "iphone_rigl_s": f"{iphone['rigl']:,.2f}",
         "iphone_barter_s": f"{iphone['barter']:,.2f}",
         "iphone_speedup": f"{iphone['rigl'] / iphone['barter']:.2f}",
+        "iphone_density": f"{read_paper_table('table02_iphone_cct').set_index('method').loc['barter', 'density']:g}",
         "table6_dense_s": f"{float(cct[cct['method'] == 'dense']['s_per_epoch_mean'].iloc[0]):.2f}",
         "table6_masked_low_s": f"{masked.min():.2f}",
         "table6_masked_high_s": f"{masked.max():.2f}",
+        "table6_density_low": f"{cct[cct['method'] != 'dense']['density'].min():g}",
+        "table6_density_high": f"{cct[cct['method'] != 'dense']['density'].max():g}",
+        "table7_masked_gflops": f"{float(masked_compute['train_gflops_per_image'].iloc[0]):.2f}",
+        "rigl_ahead_densities": _and(f"{density:g}" for density in ahead),
         "table13_barter_accs": _listed(by_density["barter"]["acc_mean"]),
         "table13_static_accs": _listed(by_density["static"]["acc_mean"]),
         "table13_densities": ", ".join(f"{d:g}" for d in by_density["barter"]["density"]),
         "table13_std_low": f"{compact['acc_std'].min():.1f}",
         "table13_std_high": f"{compact['acc_std'].max():.1f}",
         **cost_substitutions(),
+        **table3_substitutions(),
+        **table15_substitutions(),
+        **ablation_substitutions(),
+        **schedule_substitutions(),
+        **model_substitutions(),
     }
