@@ -228,3 +228,48 @@ def test_batched_statistics_equal_the_per_parameter_reductions(family, score):
             else:
                 torch.testing.assert_close(s.pruning_ema, ref["pruning"], rtol=1e-6, atol=0)
                 torch.testing.assert_close(s.growth_ema, ref["growth"], rtol=1e-6, atol=0)
+
+
+#: operators that only make views, allocate or ask a dtype: no kernel on a GPU
+_NO_KERNEL = ("aten::as_strided", "aten::view", "aten::result_type", "aten::empty", "aten::empty_strided",
+              "aten::detach", "aten::alias", "aten::slice", "aten::select", "aten::split", "aten::narrow",
+              "aten::unsqueeze", "aten::t", "aten::transpose", "aten::expand", "aten::reshape", "aten::to")
+
+
+def _leaf_operators(setup) -> tuple:
+    """ATen operators without ATen children in one step of ``setup``: the counts outside the
+    statistics' label by name, and inside it those that run a kernel (about one launch each
+    on a GPU)."""
+    import collections
+    from torch.profiler import ProfilerActivity, profile
+    from barter_mini.core.unit_statistics import PROFILE_LABEL
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        setup()
+    outside, inside = collections.Counter(), 0
+    for event in prof.events():
+        if not event.name.startswith("aten::") or any(c.name.startswith("aten::") for c in event.cpu_children):
+            continue
+        node, labelled = event.cpu_parent, False
+        while node is not None:
+            labelled |= node.name == PROFILE_LABEL
+            node = node.cpu_parent
+        if labelled:
+            inside += event.name not in _NO_KERNEL
+        else:
+            outside[event.name] += 1
+    return outside, inside
+
+
+def test_a_barter_step_is_statics_plus_a_few_batched_operations():
+    """BARTER's statistics add no work to Static's step outside their own (no gradient copied
+    for a hook), and their own is a fixed few operations whatever the depth: all layers of a
+    unit kind are reduced at once."""
+    from barter_mini.measure.bench import build_training_step
+    inside = {}
+    for model in ("cct-paper", "vit-paper"):          # 7 and 9 encoder layers
+        barter, static = (build_training_step(model, m, 0.3, 2, 100_000, torch.device("cpu"))
+                          for m in ("barter", "static"))
+        barter(), static()                                   # optimizer state exists
+        (barter_outside, inside[model]), (static_outside, nothing) = _leaf_operators(barter), _leaf_operators(static)
+        assert barter_outside == static_outside and nothing == 0
+    assert inside["cct-paper"] == inside["vit-paper"] <= 30

@@ -52,6 +52,7 @@ import time
 
 import torch
 from torch import nn
+from torch.autograd import Variable
 
 from ..errors import BarterError, choose
 from .surgery import UNIT_KINDS, unit_count, unit_parameters
@@ -199,8 +200,10 @@ class UnitStatistics:
     Call :meth:`attach` again after a surgery replaced parameters (``barter.topology_update``
     does).
 
-    With ``in_backward=True`` one hook (``torch.autograd.graph.register_multi_grad_hook``)
-    fires when the gradients of every unit weight are computed and folds them in. With
+    With ``in_backward=True`` the first unit weight whose gradient is accumulated in a
+    backward pass (``register_post_accumulate_grad_hook``, which leaves autograd free to hand
+    the gradient over without a copy) queues one callback for the end of that pass, which
+    folds every gradient in. With
     ``in_backward=False`` no hook is registered and :meth:`observe` reads the gradients once
     ``backward`` is over: in a data-parallel run a hook would see this process's share of the
     batch, while after ``backward`` DDP has averaged the gradients over all of them.
@@ -216,6 +219,7 @@ class UnitStatistics:
     observe_seconds: float = 0.0
     _handles: list = field(default_factory=list)
     _kinds: dict[str, _KindTensors] = field(default_factory=dict)
+    _queued: bool = False
 
     def __post_init__(self) -> None:
         choose("pruning_score", self.pruning_score, PRUNING_SCORES)
@@ -249,7 +253,8 @@ class UnitStatistics:
                                              _unit_index(weights["out"], counts, device), **flat)
         if self.in_backward:
             tracked = [t for kind in self._kinds.values() for t in kind.inputs + kind.outputs]
-            self._handles.append(torch.autograd.graph.register_multi_grad_hook(tracked, self._on_gradients))
+            self._queued = False
+            self._handles += [t.register_post_accumulate_grad_hook(self._on_accumulated) for t in tracked]
 
     def detach(self) -> None:
         for handle in self._handles:
@@ -265,8 +270,14 @@ class UnitStatistics:
         return [t for layer_stats in self.layers.values() for s in layer_stats
                 for t in (s.pruning_ema, s.growth_ema, s.age)]
 
-    def _on_gradients(self, grads) -> None:
-        self._fold(list(grads))
+    def _on_accumulated(self, param) -> None:
+        if not self._queued:       # once per backward pass: at its end every gradient is in
+            self._queued = True
+            Variable._execution_engine.queue_callback(self._after_backward)
+
+    def _after_backward(self) -> None:
+        self._queued = False
+        self.observe()
 
     @torch.no_grad()
     def _fold(self, grads: list) -> None:
