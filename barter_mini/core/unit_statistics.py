@@ -154,39 +154,33 @@ def output_scores(param: torch.Tensor, score: str, groups: int, width: int, axis
 
 
 @dataclass
-class _KindTensors:
-    """What one step's statistics of one unit kind read, over all layers at once: the input
-    and output weights of every layer (rows resp. columns are units' entries), which unit of
-    the flat statistics each row / column belongs to (None where that is the row itself), and
-    the flat statistics the layers' :class:`LayerStatistics` are views of."""
+class _Packed:
+    """What one step's statistics read, over every layer and unit kind at once.
+
+    The input weights of all layers and kinds (the q, k, v rows of ``qkv``, the rows of
+    ``fc1``) are all D wide, as are the output weights' columns (``proj``, ``fc2``), so one
+    concatenation per role holds every unit's entries. ``input_units`` / ``output_units`` name,
+    for each row / column, the unit it belongs to in the flat statistics: units are numbered
+    kind by kind, layer by layer; growth scores land ``num_units`` further on. ``ema`` holds
+    the pruning (row 0) and growth (row 1) EMAs, ``age`` the ages; the layers'
+    :class:`LayerStatistics` hold views of both.
+    """
 
     inputs: list[torch.Tensor]
     outputs: list[torch.Tensor]
-    input_units: torch.Tensor | None
-    output_units: torch.Tensor | None
-    pruning_ema: torch.Tensor
-    growth_ema: torch.Tensor
+    input_units: torch.Tensor
+    output_units: torch.Tensor
+    ema: torch.Tensor
     age: torch.Tensor
 
 
-def _unit_index(specs: list, counts: list[int], device) -> torch.Tensor | None:
-    """For each row (input) or column (output) of the layers' tensors concatenated along the
-    unit axis, the flat index of the unit it belongs to; None when that is the position itself
-    (one group of width one: an FFN channel)."""
-    if all(spec.groups == 1 and spec.width == 1 for spec in specs):
-        return None
-    index, offset = [], 0
-    for spec, count in zip(specs, counts):
-        units = torch.arange(count, device=device).repeat_interleave(spec.width).repeat(spec.groups)
-        index.append(units + offset)
-        offset += count
+def _unit_index(specs: list, counts: list[int], offsets: list[int], device) -> torch.Tensor:
+    """For each row (input) or column (output) of the tensors of ``specs`` concatenated along
+    the unit axis, the flat index of the unit it belongs to (``counts`` units each, numbered
+    from ``offsets``)."""
+    index = [torch.arange(count, device=device).repeat_interleave(spec.width).repeat(spec.groups) + offset
+             for spec, count, offset in zip(specs, counts, offsets)]
     return torch.cat(index)
-
-
-def _per_unit_sums(values: torch.Tensor, units: torch.Tensor | None, num_units: int) -> torch.Tensor:
-    if units is None:
-        return values
-    return torch.zeros(num_units, dtype=values.dtype, device=values.device).index_add_(0, units, values)
 
 
 @dataclass
@@ -194,9 +188,10 @@ class UnitStatistics:
     """Statistics of every layer and unit kind of a compact model, gathered once per backward.
 
     ``layers[kind][l]`` is the :class:`LayerStatistics` of layer ``l``: views of one flat
-    tensor per kind, so that a step's statistics of all layers are a few batched operations
-    (one concatenation and one reduction per unit kind and role, one EMA update) rather than
-    work per parameter, which on a GPU would be hundreds of small kernel launches a step.
+    tensor, so that a step's statistics of all layers and kinds are a dozen batched
+    operations (one concatenation and one reduction per role, one scatter into units, one EMA
+    update) rather than work per parameter, which on a GPU would be over a hundred small
+    kernel launches a step.
     Call :meth:`attach` again after a surgery replaced parameters (``barter.topology_update``
     does).
 
@@ -218,7 +213,7 @@ class UnitStatistics:
     #: wall time spent gathering statistics (host time: on a GPU it excludes queued kernels)
     observe_seconds: float = 0.0
     _handles: list = field(default_factory=list)
-    _kinds: dict[str, _KindTensors] = field(default_factory=dict)
+    _packed: _Packed | None = None
     _queued: bool = False
 
     def __post_init__(self) -> None:
@@ -231,30 +226,31 @@ class UnitStatistics:
 
     def attach(self) -> None:
         """Gather the weights the model holds now, pack the layers' statistics into one flat
-        tensor per kind (the layers keep views of it) and (re)register the hook."""
+        tensor (the layers keep views of it) and (re)register the hooks."""
         self.detach()
+        specs = {"in": [], "out": []}
+        counts, offsets, offset = [], [], 0
+        stats = [s for kind in UNIT_KINDS for s in self.layers[kind]]
         for kind in UNIT_KINDS:
-            weights = {"in": [], "out": []}
-            for block in self.model.blocks:
+            for block, layer in zip(self.model.blocks, self.layers[kind]):
                 for spec in unit_parameters(block, kind):
                     if spec.name == "weight":
-                        weights[spec.role].append(spec)
-            stats = self.layers[kind]
-            counts = [s.age.numel() for s in stats]
-            flat = {name: torch.cat([getattr(s, name) for s in stats])
-                    for name in ("pruning_ema", "growth_ema", "age")}
-            for name, tensor in flat.items():
-                for s, view in zip(stats, tensor.split(counts)):
-                    setattr(s, name, view)
-            device = flat["age"].device
-            self._kinds[kind] = _KindTensors([spec.tensor for spec in weights["in"]],
-                                             [spec.tensor for spec in weights["out"]],
-                                             _unit_index(weights["in"], counts, device),
-                                             _unit_index(weights["out"], counts, device), **flat)
+                        specs[spec.role].append(spec)
+                counts.append(layer.age.numel())
+                offsets.append(offset)
+                offset += counts[-1]
+        ema = torch.stack([torch.cat([s.pruning_ema for s in stats]), torch.cat([s.growth_ema for s in stats])])
+        age = torch.cat([s.age for s in stats])
+        for s, pruning, growth, ages in zip(stats, ema[0].split(counts), ema[1].split(counts), age.split(counts)):
+            s.pruning_ema, s.growth_ema, s.age = pruning, growth, ages
+        device = age.device
+        self._packed = _Packed([spec.tensor for spec in specs["in"]], [spec.tensor for spec in specs["out"]],
+                               _unit_index(specs["in"], counts, offsets, device) + offset,
+                               _unit_index(specs["out"], counts, offsets, device), ema, age)
         if self.in_backward:
-            tracked = [t for kind in self._kinds.values() for t in kind.inputs + kind.outputs]
             self._queued = False
-            self._handles += [t.register_post_accumulate_grad_hook(self._on_accumulated) for t in tracked]
+            self._handles += [t.register_post_accumulate_grad_hook(self._on_accumulated)
+                              for t in self._packed.inputs + self._packed.outputs]
 
     def detach(self) -> None:
         for handle in self._handles:
@@ -263,7 +259,7 @@ class UnitStatistics:
 
     def observe(self) -> None:
         """Fold the gradients the parameters hold now into the statistics (``in_backward=False``)."""
-        self._fold([t.grad for kind in self._kinds.values() for t in kind.inputs + kind.outputs])
+        self._fold()
 
     def tensors(self) -> list[torch.Tensor]:
         """Every statistics tensor, in a fixed order (what a data-parallel run synchronizes)."""
@@ -277,43 +273,38 @@ class UnitStatistics:
 
     def _after_backward(self) -> None:
         self._queued = False
-        self.observe()
+        self._fold()
 
     @torch.no_grad()
-    def _fold(self, grads: list) -> None:
-        """One step's statistics of every kind from ``grads``, the gradients of the kinds'
-        input then output weights in :meth:`attach`'s order; a kind changed by a surgery since
-        :meth:`attach` is skipped."""
-        if not self.enabled:
+    def _fold(self) -> None:
+        """One step's scores of every unit (the module docstring's), from the gradients the
+        weights hold, folded into the EMAs: a dozen operations whatever the depth. Skipped
+        where a surgery since :meth:`attach` replaced tensors (their gradients are missing, or
+        the layers no longer view the flat statistics: call :meth:`attach` again)."""
+        packed = self._packed
+        if not self.enabled or any(t.grad is None for t in packed.inputs + packed.outputs):
+            return
+        if any(s.age._base is not packed.age for layers in self.layers.values() for s in layers):
             return
         start = time.perf_counter()
         with torch.profiler.record_function(PROFILE_LABEL):     # so a profile can tell this work apart
-            for name, kind in self._kinds.items():
-                count = len(kind.inputs) + len(kind.outputs)
-                kind_grads, grads = grads[:count], grads[count:]
-                # a surgery since attach() replaced tensors: they are out of this backward
-                # (None) or their layers no longer view the flat statistics; attach() again
-                replaced = any(s.age._base is not kind.age for s in self.layers[name])
-                if replaced or any(g is None for g in kind_grads):
-                    continue
-                self._fold_kind(kind, kind_grads[:len(kind.inputs)], kind_grads[len(kind.inputs):])
+            num_units = packed.age.numel()
+            outputs = torch.cat(packed.outputs, dim=1)
+            if self.pruning_score == "magnitude":
+                per_entry = outputs.square().sum(dim=0)
+            else:
+                per_entry = (outputs * torch.cat([t.grad for t in packed.outputs], dim=1)).sum(dim=0)
+            growth = torch.cat([t.grad for t in packed.inputs], dim=0).square().sum(dim=1)
+            scores = torch.zeros(2 * num_units, dtype=packed.ema.dtype, device=packed.ema.device)
+            scores.index_add_(0, packed.output_units, per_entry).index_add_(0, packed.input_units, growth)
+            scores = scores.view(2, num_units)
+            if self.pruning_score == "taylor-squared":
+                scores[0].square_()
+            elif self.pruning_score == "taylor-abs":
+                scores[0].abs_()
+            packed.ema.mul_(self.beta).add_(scores, alpha=1 - self.beta)
+            packed.age += 1
         self.observe_seconds += time.perf_counter() - start
-
-    def _fold_kind(self, kind: _KindTensors, input_grads: list, output_grads: list) -> None:
-        """The module docstring's scores for every unit of one kind, then the EMA update."""
-        num_units = kind.age.numel()
-        outputs = torch.cat(kind.outputs, dim=1)
-        if self.pruning_score == "magnitude":
-            pruning = _per_unit_sums(outputs.square().sum(dim=0), kind.output_units, num_units)
-        else:
-            taylor = _per_unit_sums((outputs * torch.cat(output_grads, dim=1)).sum(dim=0),
-                                    kind.output_units, num_units)
-            pruning = taylor.square() if self.pruning_score == "taylor-squared" else taylor.abs()
-        growth = _per_unit_sums(torch.cat(input_grads, dim=0).square().sum(dim=1), kind.input_units, num_units)
-        beta = self.beta
-        kind.pruning_ema.mul_(beta).add_(pruning, alpha=1 - beta)
-        kind.growth_ema.mul_(beta).add_(growth, alpha=1 - beta)
-        kind.age += 1
 
     def state_dict(self) -> dict:
         """Per unit kind, each layer's :meth:`LayerStatistics.state_dict` (tensors shared with
