@@ -284,7 +284,7 @@ def test_walkthrough_run_is_the_run_the_notebook_trained(profile):
     setup = PROFILES[profile]
     by_hand = RunConfig(method="barter", model=setup.model, dataset=setup.dataset, density=0.3, seed=2,
                         recipe=setup.recipe, epochs=setup.epochs, train_subset=setup.train_subset,
-                        progress=False)
+                        precision=setup.precision, progress=False)
     assert walkthrough_run(setup, 0.3, 2) == by_hand
 
 

@@ -213,8 +213,8 @@ class UnitStatistics:
     #: wall time spent gathering statistics (host time: on a GPU it excludes queued kernels)
     observe_seconds: float = 0.0
     _handles: list = field(default_factory=list)
-    _packed: _Packed | None = None
-    _queued: bool = False
+    _packed: _Packed | None = field(default=None, init=False, repr=False)
+    _queued: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         choose("pruning_score", self.pruning_score, PRUNING_SCORES)
