@@ -246,7 +246,7 @@ OUTPUT_NOISE_JS = """() => {
 
 #: what a reader must never meet in a table a cell displays: an index column of row numbers
 #: (pandas writes the index as th cells in the body), a raw column name, a missing value
-#: spelled out
+#: spelled out, a Markdown table left as text
 TABLE_NOISE_JS = """() => {
     const found = [];
     for (const table of document.querySelectorAll(".cell_output table")) {
@@ -258,6 +258,10 @@ TABLE_NOISE_JS = """() => {
             if (/^(NaN|nan|<NA>|None|NaT)$/.test(td.textContent.trim()))
                 found.push(td.textContent.trim() + " in the table headed " + where);
     }
+    // a Markdown table a cell displayed but the page did not parse: its pipes as text
+    for (const el of document.querySelectorAll(".cell_output p"))
+        if (/\|\s*(---|\u2014)\s*\|/.test(el.textContent))
+            found.push("a Markdown table shown as text: " + el.textContent.trim().slice(0, 80));
     return found;
 }"""
 
