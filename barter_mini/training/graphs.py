@@ -29,6 +29,7 @@ a non-finite loss stops the run one optimizer step later than an eager run would
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -108,13 +109,16 @@ class GraphedStep:
     #: steps replayed from a graph and steps run eagerly
     replays: int = 0
     eager_steps: int = 0
-    _graph: Any = None
-    _signature: tuple | None = None
-    _static: dict = field(default_factory=dict)
-    _lr: list = field(default_factory=list)
+    _graph: Any = field(default=None, init=False, repr=False)
+    _signature: tuple | None = field(default=None, init=False, repr=False)
+    _largest: torch.Size | None = field(default=None, init=False, repr=False)
+    _static: dict = field(default_factory=dict, init=False, repr=False)
+    _lr: list = field(default_factory=list, init=False, repr=False)
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor, step: int,
                  check_loss: Callable[[torch.Tensor, torch.Tensor], Any] | None = None) -> StepOutcome:
+        if self._largest is None or x.numel() > math.prod(self._largest):
+            self._largest = x.shape      # an epoch's smaller last batch is never the one recorded
         graph_safe = self.controller is None or self.controller.graph_safe(step)
         if not graph_safe or (self._graph is not None and x.shape != self._static["x"].shape):
             return self._eager(x, y, step, check_loss)
@@ -122,7 +126,8 @@ class GraphedStep:
             outcome = self._eager(x, y, step, check_loss, warm_up=True)
             # record only where the recorded before_step is the next step's: not before an
             # update (it would read values on the host), not after one (the tensors changed)
-            if outcome.changed is None and (self.controller is None or self.controller.graph_safe(step + 1)):
+            if (outcome.changed is None and x.shape == self._largest
+                    and (self.controller is None or self.controller.graph_safe(step + 1))):
                 self._record(x, y)
             return outcome
         self._static["x"].copy_(x)
