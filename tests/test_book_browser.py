@@ -260,7 +260,7 @@ TABLE_NOISE_JS = """() => {
     }
     // a Markdown table a cell displayed but the page did not parse: its pipes as text
     for (const el of document.querySelectorAll(".cell_output p"))
-        if (/\|\s*(---|\u2014)\s*\|/.test(el.textContent))
+        if (/\\|\\s*(---|\\u2014)\\s*\\|/.test(el.textContent))
             found.push("a Markdown table shown as text: " + el.textContent.trim().slice(0, 80));
     return found;
 }"""
