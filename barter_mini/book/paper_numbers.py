@@ -65,12 +65,6 @@ def duration_range(low: float, high: float) -> str:
     return f"{duration(low)}–{duration(high)}"
 
 
-def _listed(values) -> str:
-    """``66.13, 71.38, 72.85 and 73.26``."""
-    shown = [f"{value:.2f}" for value in values]
-    return ", ".join(shown[:-1]) + " and " + shown[-1] if len(shown) > 1 else shown[0]
-
-
 def _word(n: int) -> str:
     return _WORDS[n] if 0 <= n < len(_WORDS) else f"{n:,}"
 
@@ -286,7 +280,8 @@ def cost_substitutions() -> dict[str, str]:
 def paper_substitutions() -> dict[str, str]:
     """Every paper number the Markdown pages quote, by substitution key."""
     paper = paper_from_scratch()
-    iphone = read_paper_table("table02_iphone_cct").set_index("method")["s_per_epoch"]
+    iphone_table = read_paper_table("table02_iphone_cct").set_index("method")
+    iphone = iphone_table["s_per_epoch"]
     epochs = read_paper_table("table06_08_epoch_time_gpu")
     cct = epochs[epochs["model"] == "cct-paper"]
     masked = cct[cct["method"] != "dense"]["s_per_epoch_mean"]     # SET, SNFS, RigL and SRigL
@@ -303,7 +298,7 @@ def paper_substitutions() -> dict[str, str]:
         "iphone_rigl_s": f"{iphone['rigl']:,.2f}",
         "iphone_barter_s": f"{iphone['barter']:,.2f}",
         "iphone_speedup": f"{iphone['rigl'] / iphone['barter']:.2f}",
-        "iphone_density": f"{read_paper_table('table02_iphone_cct').set_index('method').loc['barter', 'density']:g}",
+        "iphone_density": f"{iphone_table.loc['barter', 'density']:g}",
         "table6_dense_s": f"{float(cct[cct['method'] == 'dense']['s_per_epoch_mean'].iloc[0]):.2f}",
         "table6_masked_low_s": f"{masked.min():.2f}",
         "table6_masked_high_s": f"{masked.max():.2f}",
@@ -311,8 +306,8 @@ def paper_substitutions() -> dict[str, str]:
         "table6_density_high": f"{cct[cct['method'] != 'dense']['density'].max():g}",
         "table7_masked_gflops": f"{float(masked_compute['train_gflops_per_image'].iloc[0]):.2f}",
         "rigl_ahead_densities": _and(f"{density:g}" for density in ahead),
-        "table13_barter_accs": _listed(by_density["barter"]["acc_mean"]),
-        "table13_static_accs": _listed(by_density["static"]["acc_mean"]),
+        "table13_barter_accs": _and(f"{acc:.2f}" for acc in by_density["barter"]["acc_mean"]),
+        "table13_static_accs": _and(f"{acc:.2f}" for acc in by_density["static"]["acc_mean"]),
         "table13_densities": ", ".join(f"{d:g}" for d in by_density["barter"]["density"]),
         "table13_std_low": f"{compact['acc_std'].min():.1f}",
         "table13_std_high": f"{compact['acc_std'].max():.1f}",

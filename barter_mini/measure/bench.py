@@ -120,7 +120,7 @@ def build_training_step(model_name: str, method: str, density: float, batch: int
     optimizer = make_optimizer(model, recipe, capturable=execution.graphs)
     controller = spec.build(MethodSetup(model, optimizer, run.density, total_steps, recipe, seed))
     if execution.graphs:
-        check_graphs_possible(device, controller, method)
+        check_graphs_possible(device, method)
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, config.in_chans, config.img_size, config.img_size, generator=generator).to(device)
     y = torch.randint(0, config.num_classes, (batch,), generator=generator).to(device)

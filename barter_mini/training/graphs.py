@@ -40,19 +40,18 @@ from torch import nn
 from ..core.execution import Execution
 from ..core.method import MethodController
 from ..errors import BarterError
-from .step import StepOutcome, training_step
+from .methods import get_method
+from .step import StepOutcome, after_step, training_step
 
 
-def check_graphs_possible(device: torch.device, controller: MethodController | None, method: str,
-                          distributed: bool = False) -> None:
-    """One-line errors where a run asks for CUDA graphs that cannot be had (the execution
-    itself refuses them with compile or recompute)."""
+def check_graphs_possible(device: torch.device, method: str, distributed: bool = False) -> None:
+    """One-line errors where a run of ``method`` asks for CUDA graphs that cannot be had (the
+    execution itself refuses them with compile or recompute)."""
     if device.type != "cuda":
         raise BarterError(f"--cuda-graphs needs a CUDA device; this run is on {device.type}: leave it off")
     if distributed:
         raise BarterError("--cuda-graphs runs on one process: DDP's gradient buckets are not captured here")
-    if (controller is not None and type(controller).graph_safe is MethodController.graph_safe
-            and not controller.graph_safe(0)):
+    if not get_method(method).replayable:
         raise BarterError(f"--cuda-graphs: {method} does work on the host before every step, which a graph "
                           "cannot replay; it is offered for dense, static, oneshot and barter")
 
@@ -153,13 +152,8 @@ class GraphedStep:
 
     def _after(self, outcome: StepOutcome, step: int, x: torch.Tensor) -> StepOutcome:
         """The controller's ``after_step``, outside any graph (it may change the tensors)."""
-        if self.controller is not None:
-            started = time.perf_counter()
-            outcome.changed = self.controller.after_step(step)
-            if outcome.changed is not None:
-                self.backend.synchronize()
-                outcome.update_seconds = time.perf_counter() - started
-                self._graph = None               # the tensors the graph addressed are gone
+        if self.controller is not None and after_step(self.controller, step, outcome, x.device).changed is not None:
+            self._graph = None                   # the tensors the graph addressed are gone
         return outcome
 
     def _record(self, x: torch.Tensor, y: torch.Tensor) -> None:

@@ -72,11 +72,19 @@ def training_step(forward: nn.Module, optimizer: torch.optim.Optimizer, x: torch
     optimizer.step()
     outcome = StepOutcome(loss, logits)
     if controller is not None and step is not None:
-        started = time.perf_counter()
-        with torch.profiler.record_function(METHOD_LABEL):
-            outcome.changed = controller.after_step(step)
-        if outcome.changed is not None:
-            if x.device.type == "cuda":
-                torch.cuda.synchronize(x.device)
-            outcome.update_seconds = time.perf_counter() - started
+        after_step(controller, step, outcome, x.device)
+    return outcome
+
+
+def after_step(controller: MethodController, step: int, outcome: StepOutcome, device: torch.device) -> StepOutcome:
+    """The controller's ``after_step(step)`` under the method's profiler label, recorded in
+    ``outcome``: what it changed and, where it changed something, its wall seconds (the
+    device's queue drained first, so they are the update's)."""
+    started = time.perf_counter()
+    with torch.profiler.record_function(METHOD_LABEL):
+        outcome.changed = controller.after_step(step)
+    if outcome.changed is not None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        outcome.update_seconds = time.perf_counter() - started
     return outcome

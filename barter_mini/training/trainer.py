@@ -304,7 +304,7 @@ def build_training(run: RunConfig, checkpoint: dict | None = None) -> Training:
     t.execution = run.execution()
     t.execution.apply(t.model)
     if t.execution.graphs:
-        check_graphs_possible(device, controller, run.method, distributed.is_distributed())
+        check_graphs_possible(device, run.method, distributed.is_distributed())
         t.graphed = GraphedStep(t.model, optimizer, t.criterion, controller, t.execution)
     t.forward = parallel.wrap(t.model, device)
     return t
