@@ -405,8 +405,8 @@ def _bench_parser(sub) -> None:
                         "and density, eager fp32, bf16 and bf16 + CUDA graphs, profiled (one GPU, a few minutes); "
                         "the grid flags are then ignored")
     p.add_argument("--precision", type=_comma_list(str, "precisions"),
-                   help="comma-separated, from fp32, bf16 (default: fp32): every execution is measured in each, "
-                        "the forward pass and loss under torch.autocast")
+                   help="comma-separated, from fp32, bf16, fp16 (default: fp32): every execution is measured in "
+                        "each, the forward pass and loss under torch.autocast (fp16 with loss scaling, no graphs)")
     p.add_argument("--profile-steps", type=_non_negative_int, default=0, metavar="N",
                    help="also profile N steps of every case: ms per step of products, attention, LayerNorm, stem, "
                         "elementwise, optimizer and the method's own work (default 0: off)")

@@ -3,6 +3,7 @@ gradients either way, and a schedule of topology updates does not recompile the 
 layers at every update."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -12,10 +13,13 @@ from barter_mini.core.compilation import compile_layers, graphs_compiled, is_com
 from barter_mini.core.execution import EXECUTIONS, Execution
 from barter_mini.core.models import build_model, get_model_config
 from barter_mini.core.surgery import regather_units, unit_count
+from barter_mini.core.unit_statistics import UnitStatistics
 from barter_mini.errors import BarterError
 from barter_mini.measure.bench import build_training_step, check_bench_arguments
 from barter_mini.measure.memory import step_memory
-from barter_mini.training.trainer import RunConfig, train
+from barter_mini.training.checkpoints import load_checkpoint
+from barter_mini.training.step import training_step
+from barter_mini.training.trainer import RunConfig, build_training, train, train_step
 
 
 def outputs_and_gradients(model, x):
@@ -119,7 +123,7 @@ def test_train_with_compile_or_recompute(aot_eager, tmp_path):
 
 def test_executions_and_their_bad_names():
     assert list(EXECUTIONS) == ["eager", "compiled", "recompute", "graphs", "bf16", "compiled+bf16", "recompute+bf16",
-                               "bf16+graphs"]
+                               "bf16+graphs", "fp16", "compiled+fp16", "recompute+fp16"]
     cases = check_bench_arguments("cct-mini", ["dense", "barter"], [0.3], 4, 1, ["eager", "compiled"])
     assert cases == [("dense", 1.0, "eager"), ("barter", 0.3, "eager"),
                      ("dense", 1.0, "compiled"), ("barter", 0.3, "compiled")]
@@ -129,8 +133,14 @@ def test_executions_and_their_bad_names():
         RunConfig(compile="yes").validate()
     with pytest.raises(BarterError, match="cannot be combined"):
         RunConfig(compile=True, recompute=True).validate()
-    with pytest.raises(BarterError, match="unknown precision 'fp16': choose one of bf16, fp32"):
-        RunConfig(precision="fp16").validate()
+    with pytest.raises(BarterError, match="unknown precision 'fp8': choose one of bf16, fp16, fp32"):
+        RunConfig(precision="fp8").validate()
+    with pytest.raises(BarterError, match="--cuda-graphs cannot be combined with precision fp16"):
+        RunConfig(precision="fp16", cuda_graphs=True).validate()
+    cases = check_bench_arguments("cct-mini", ["barter"], [0.3], 4, 1, ["eager", "graphs"], precisions=["bf16", "fp16"])
+    assert [case[2] for case in cases] == ["bf16", "bf16+graphs", "fp16"]
+    with pytest.raises(BarterError, match="precision fp16 cannot run from CUDA graphs"):
+        check_bench_arguments("cct-mini", ["barter"], [0.3], 4, 1, ["graphs"], precisions=["fp16"])
     cases = check_bench_arguments("cct-mini", ["barter"], [0.3], 4, 1, ["eager", "recompute"], precisions=["fp32", "bf16"])
     assert [case[2] for case in cases] == ["eager", "recompute", "bf16", "recompute+bf16"]
     with pytest.raises(BarterError, match="unknown precision 'tf32'"):
@@ -142,7 +152,6 @@ def test_bf16_autocast_runs_the_forward_in_bf16_and_keeps_fp32_state():
     statistics stay fp32; BARTER's update then moves units with the fp32 remap."""
     setup = build_training_step("cct-mini", "barter", 0.5, 4, 200, torch.device("cpu"),
                                 execution=EXECUTIONS["bf16"])
-    from barter_mini.training.step import training_step
     outcome = training_step(setup.model, setup.optimizer, setup.x, setup.y, execution=setup.execution)
     assert outcome.logits.dtype == torch.bfloat16
     assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in setup.model.parameters())
@@ -153,22 +162,71 @@ def test_bf16_autocast_runs_the_forward_in_bf16_and_keeps_fp32_state():
     assert int(statistics.layers["ffn"][0].age[0]) == 1
 
 
-def test_train_in_bf16_moves_units_and_resumes_bitwise(tmp_path):
-    """A BARTER run with bf16 autocast on the CPU: its updates move units, its accuracy is the
-    fp32 run's within a few points, and a run stopped mid-way resumes bit for bit."""
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_train_in_half_precision_moves_units_and_resumes_bitwise(tmp_path, precision):
+    """A BARTER run with bf16 or fp16 (loss-scaled) autocast on the CPU: its updates move
+    units, its accuracy is the fp32 run's within a few points, and a run stopped mid-way
+    resumes bit for bit (under fp16 with the loss scaler's state)."""
     from test_resume import assert_same_run, train_until
     run = dict(method="barter", model="cct-mini", dataset="digits", density=0.5, seed=1,
                recipe="smoke", epochs=2, progress=False)
-    bf16 = train(RunConfig(**run, precision="bf16"), tmp_path / "bf16")
+    half = train(RunConfig(**run, precision=precision), tmp_path / precision)
     fp32 = train(RunConfig(**run), tmp_path / "fp32")
-    assert bf16["run"]["precision"] == "bf16"
-    assert sum(bf16["transfers_executed"].values()) > 0
-    assert bf16["test_acc"] == pytest.approx(fp32["test_acc"], abs=0.1)
-    assert bf16["update_losses"] != fp32["update_losses"]       # the autocast did act
+    assert half["run"]["precision"] == precision
+    assert sum(half["transfers_executed"].values()) > 0
+    assert half["test_acc"] == pytest.approx(fp32["test_acc"], abs=0.1)
+    assert half["update_losses"] != fp32["update_losses"]       # the autocast did act
+    assert half["steps"] + half["skipped_steps"] == fp32["steps"]
     out = tmp_path / "resumed"
-    train_until(RunConfig(**run, precision="bf16"), 7, out)
-    train(RunConfig(**run, precision="bf16"), out, resume=True)
-    assert_same_run(tmp_path / "bf16", out)
+    train_until(RunConfig(**run, precision=precision), 7, out)
+    saved = load_checkpoint(out / "last.pt")["resume"]["scaler"]
+    assert (saved is None) == (precision == "bf16") and (saved is None or saved["scale"] > 1)
+    train(RunConfig(**run, precision=precision), out, resume=True)
+    assert_same_run(tmp_path / precision, out)
+
+
+def test_fp16_unscales_the_gradients_before_the_statistics_read_them():
+    """Under fp16 BARTER's statistics are folded after the gradients are unscaled: the growth
+    scores equal those gathered afresh from the gradients the weights hold after the step
+    (read while scaled they would be 2**32 times larger; the pruning score, the weights'
+    magnitude, was read before the optimizer moved them)."""
+    setup = build_training_step("cct-mini", "barter", 0.5, 4, 200, torch.device("cpu"),
+                                execution=EXECUTIONS["fp16"])
+    outcome = training_step(setup.model, setup.optimizer, setup.x, setup.y, execution=setup.execution,
+                            controller=setup.controller, scaler=setup.scaler)
+    assert outcome.logits.dtype == torch.float16 and not outcome.skipped
+    assert setup.scaler.get_scale() == 2.0 ** 16
+    statistics = setup.controller.statistics
+    assert not statistics.in_backward and not setup.controller.graph_safe(1)
+    afresh = UnitStatistics(setup.model, beta=statistics.beta, pruning_score=statistics.pruning_score,
+                            in_backward=False)
+    afresh.observe()
+    for kind, layers in statistics.layers.items():
+        for ours, theirs in zip(layers, afresh.layers[kind]):
+            torch.testing.assert_close(ours.growth_ema, theirs.growth_ema, rtol=1e-6, atol=0)
+            assert torch.equal(ours.age, theirs.age)
+    with pytest.raises(BarterError, match="precision fp16 steps with a loss scaler"):
+        training_step(setup.model, setup.optimizer, setup.x, setup.y, execution=setup.execution)
+
+
+def test_an_fp16_step_whose_gradients_overflow_is_skipped_by_the_optimizer_and_the_method():
+    """A scale so large that the fp16 gradients overflow: no weight, moment or statistic
+    changes, the scale is halved, the trainer counts the batch as skipped, not as a step."""
+    t = build_training(RunConfig(method="barter", model="cct-mini", dataset="digits", density=0.5, seed=1,
+                                 recipe="smoke", epochs=1, precision="fp16", progress=False))
+    t.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 100)
+    weights = {name: p.detach().clone() for name, p in t.model.named_parameters()}
+    x, y = next(iter(t.loaders[0]))
+    loss, _, stepped = train_step(t, x, y)
+    assert not stepped and math.isfinite(loss)
+    assert (t.step, t.skipped_steps) == (0, 1) and t.train_gflops > 0
+    assert t.scaler.get_scale() == 2.0 ** 99
+    assert not t.optimizer.state
+    assert int(t.controller.statistics.layers["ffn"][0].age.max()) == 0
+    for name, p in t.model.named_parameters():
+        assert torch.equal(p, weights[name]), name
+    t.scaler = torch.amp.GradScaler("cpu")
+    assert train_step(t, x, y)[2] and t.step == 1
 
 
 def test_recompute_rebuilds_the_cct_stem_with_the_same_gradients_and_less_memory():

@@ -388,13 +388,15 @@ class BarterController(MethodController):
     """Runs the schedule during training: call :meth:`after_step` after each optimizer step.
 
     The statistics hooks read the gradients during ``backward``, so nothing happens before
-    the step (the protocol's default ``before_step``).
+    the step (the protocol's default ``before_step``), except where they would read them too
+    early: in a data-parallel run (before DDP averages them) and under loss scaling
+    (``loss_scaled``: before they are unscaled). There :meth:`before_step` folds them in.
     """
 
     name = "barter"
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, total_steps: int,
-                 settings: BarterSettings = BarterSettings(), seed: int = 0):
+                 settings: BarterSettings = BarterSettings(), seed: int = 0, loss_scaled: bool = False):
         self.model, self.optimizer, self.settings = model, optimizer, settings
         allocation = allocation_of(model)
         self.budget = Budget(heads=sum(allocation.heads), ffn=sum(allocation.ffn))
@@ -402,7 +404,7 @@ class BarterController(MethodController):
         #: in a data-parallel run, statistics of the averaged gradients, decisions checked on every rank
         self.distributed = distributed.is_distributed()
         self.statistics = UnitStatistics(model, beta=settings.stats_beta, pruning_score=settings.pruning_score,
-                                         in_backward=not self.distributed)
+                                         in_backward=not (self.distributed or loss_scaled))
         self.rng = np.random.default_rng(seed)
         self.generator = torch.Generator().manual_seed(seed)
         self.executed = {kind: 0 for kind in UNIT_KINDS}
@@ -415,8 +417,8 @@ class BarterController(MethodController):
         self.step = 0
 
     def before_step(self) -> None:
-        if self.distributed:
-            self.statistics.observe()       # DDP has averaged the gradients: the whole batch's
+        if not self.statistics.in_backward:
+            self.statistics.observe()       # averaged over processes, unscaled: the whole batch's
         if self.schedule.is_update(self.step + 1):     # the statistics decide after this step
             check_finite(self.statistics.tensors(), self.step + 1, "BARTER's unit statistics")
         if self.warmup is not None:
@@ -425,8 +427,8 @@ class BarterController(MethodController):
     def graph_safe(self, step: int) -> bool:
         """Replayable unless the statistics decide after ``step`` (:meth:`before_step` then
         checks them on the host), the clones' optimizer state warms up (host work every step)
-        or the gradients are averaged over processes (read after DDP, not by the hook)."""
-        return not self.schedule.is_update(step) and self.warmup is None and not self.distributed
+        or the statistics read the gradients after backward rather than in it (DDP)."""
+        return not self.schedule.is_update(step) and self.warmup is None and self.statistics.in_backward
 
     def after_step(self, step: int) -> dict[str, Transfer] | None:
         self.step = step

@@ -38,7 +38,7 @@ from ..core.barter import BarterController
 from ..core.budgets import check_density, compute_budget
 from ..core.compilation import cold_compile, graphs_compiled
 from ..core.counting import count_parameters, counted_training_gflops_per_image, training_gflops_per_image
-from ..core.execution import EXECUTIONS, PRECISIONS, Execution
+from ..core.execution import EXECUTIONS, LOSS_SCALED, PRECISIONS, Execution
 from ..core.method import MethodController
 from ..core.models import build_model, get_model_config
 from ..errors import BarterError, check_integer, choose
@@ -75,6 +75,8 @@ class TrainingStep:
     x: torch.Tensor
     y: torch.Tensor
     execution: Execution = Execution()
+    #: the loss scaler of an fp16 execution (Execution.grad_scaler), else None
+    scaler: torch.amp.GradScaler | None = None
     #: the training loss: the run's (label smoothing as its recipe says)
     criterion: nn.Module = field(default_factory=nn.CrossEntropyLoss)
     step: int = 0
@@ -103,7 +105,7 @@ class TrainingStep:
             return
         training_step(self.model, self.optimizer, self.x, self.y, criterion=self.criterion,
                       controller=self.controller, step=step if controller_after_step else None,
-                      execution=self.execution)
+                      execution=self.execution, scaler=self.scaler)
 
 
 def build_training_step(model_name: str, method: str, density: float, batch: int, total_steps: int,
@@ -118,7 +120,8 @@ def build_training_step(model_name: str, method: str, density: float, batch: int
     torch.manual_seed(seed)
     model = build_model(config, spec.model_density(run.density)).to(device)
     optimizer = make_optimizer(model, recipe, capturable=execution.graphs)
-    controller = spec.build(MethodSetup(model, optimizer, run.density, total_steps, recipe, seed))
+    controller = spec.build(MethodSetup(model, optimizer, run.density, total_steps, recipe, seed,
+                                        loss_scaled=execution.loss_scaling))
     if execution.graphs:
         check_graphs_possible(device, method)
     generator = torch.Generator().manual_seed(seed)
@@ -127,8 +130,8 @@ def build_training_step(model_name: str, method: str, density: float, batch: int
     execution.apply(model)
     criterion = make_criterion(recipe)
     graphed = GraphedStep(model, optimizer, criterion, controller, execution) if execution.graphs else None
-    return TrainingStep(method, run.density, model, optimizer, controller, x, y, execution, criterion,
-                        graphed=graphed)
+    return TrainingStep(method, run.density, model, optimizer, controller, x, y, execution,
+                        execution.grad_scaler(device), criterion, graphed=graphed)
 
 
 def check_bench_arguments(model: str, methods, densities, batch: int, steps: int,
@@ -136,7 +139,7 @@ def check_bench_arguments(model: str, methods, densities, batch: int, steps: int
                           precisions=None) -> list[tuple[str, float, str]]:
     """The (method, density, execution) cases to measure, dense once at rho = 1 (per
     execution); with ``precisions``, each execution in each of them (``eager`` in bf16 is
-    ``bf16``); one-line errors otherwise."""
+    ``bf16``; fp16 has no graphs rows); one-line errors otherwise."""
     config = get_model_config(model)
     methods = check_methods(methods)
     if not densities:
@@ -157,7 +160,12 @@ def check_bench_arguments(model: str, methods, densities, batch: int, steps: int
             raise BarterError(f"precisions must list at least one of {', '.join(PRECISIONS)}")
         for precision in precisions:
             choose("precision", precision, PRECISIONS)
-        executions = [replace(EXECUTIONS[e], precision=p).name for p in precisions for e in executions]
+        # a loss-scaled precision decides on the host whether to step: it has no graphs rows
+        executions = [replace(EXECUTIONS[e], precision=p).name for p in precisions for e in executions
+                      if not (EXECUTIONS[e].graphs and p in LOSS_SCALED)]
+        if not executions:
+            raise BarterError(f"precision {', '.join(precisions)} cannot run from CUDA graphs: "
+                              "add an execution without graphs (eager) or bf16")
     executions = list(dict.fromkeys(executions))
     fixed = [(m, get_method(m).fixed_density) for m in methods if get_method(m).fixed_density is not None]
     cases = [(m, check_density(d)) for d in densities for m in methods if get_method(m).fixed_density is None]

@@ -45,6 +45,8 @@ class MethodSetup:
     seed: int = 0
     #: the model holds a trained dense model's weights (fine-tuning): masks start from them
     from_trained: bool = False
+    #: backward runs on a scaled loss (fp16): the gradients are true only once unscaled
+    loss_scaled: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,8 @@ def _barter(**overrides):
     options of BARTER, not copies)."""
     def build(setup: MethodSetup) -> BarterController:
         settings = replace(setup.recipe.barter, **overrides)
-        return BarterController(setup.model, setup.optimizer, setup.total_steps, settings, seed=setup.seed)
+        return BarterController(setup.model, setup.optimizer, setup.total_steps, settings, seed=setup.seed,
+                                loss_scaled=setup.loss_scaled)
     return build
 
 

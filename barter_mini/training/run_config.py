@@ -89,9 +89,10 @@ class RunConfig:
     #: LayerNorm and GELU outputs recomputed in backward instead of saved (core.recompute)
     recompute: bool = setting(False, "recompute LayerNorm and GELU outputs in backward instead of saving them "
                                      "(less memory)")
-    #: the forward pass and the loss under torch.autocast to bf16 (core.execution)
+    #: the forward pass and the loss under torch.autocast to bf16 or fp16 (core.execution)
     precision: str = setting("fp32", lambda: f"one of {', '.join(PRECISIONS)}: the forward pass and loss in that "
-                                             "precision (weights, gradients and optimizer states stay fp32)")
+                                             "precision (weights, gradients and optimizer states stay fp32; "
+                                             "fp16, for GPUs without bf16, scales the loss)")
     #: the whole step recorded as one CUDA graph, recorded anew after each update (training.graphs)
     cuda_graphs: bool = setting(False, "replay each training step from a recorded CUDA graph, recorded anew after "
                                        "every topology update (CUDA only; dense, static, oneshot, barter)")

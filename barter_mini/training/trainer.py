@@ -138,6 +138,8 @@ class Training:
     #: wall seconds spent in the controller's after_step calls that changed the model
     update_seconds: float = progress(0.0)
     step: int = progress(0)
+    #: batches whose fp16 gradients overflowed: trained on, but no optimizer step (not in ``step``)
+    skipped_steps: int = progress(0)
     best_acc: float = progress(-1.0)
     history: list = progress(list)
     curve: list = progress(list)
@@ -158,6 +160,8 @@ class Training:
     execution: Execution = field(default_factory=Execution)
     #: the step replayed from CUDA graphs (--cuda-graphs), else None
     graphed: GraphedStep | None = None
+    #: the loss scaler of an fp16 run (Execution.grad_scaler), else None
+    scaler: torch.amp.GradScaler | None = None
     #: Dynamo's graph count when the run started (--compile: the difference counts recompiles)
     graphs_at_start: int = 0
 
@@ -177,6 +181,7 @@ class Training:
         return {**{f.name: _copy(getattr(self, f.name)) for f in progress_fields(self)},
                 "total_steps": self.total_steps, "epochs": self.recipe.epochs,
                 "scheduler": self.scheduler.state_dict(), "rng": distributed.all_gather(capture_generators()),
+                "scaler": None if self.scaler is None else self.scaler.state_dict(),
                 "elapsed_s": time.perf_counter() - self.started}
 
     def load_resume_state(self, state: dict) -> None:
@@ -285,10 +290,13 @@ def build_training(run: RunConfig, checkpoint: dict | None = None) -> Training:
         optimizer, t_initial=total_steps, lr_min=recipe.min_lr,
         warmup_t=int(recipe.warmup_fraction * total_steps), warmup_lr_init=recipe.lr * 0.01,
         warmup_prefix=True, t_in_epochs=False)
+    execution = run.execution()
     controller = get_method(run.method).build(MethodSetup(model, optimizer, run.density, total_steps, recipe,
-                                                          run.seed, from_trained=run.init is not None))
+                                                          run.seed, from_trained=run.init is not None,
+                                                          loss_scaled=execution.loss_scaling))
     t = Training(run, recipe, config, device, model, optimizer, scheduler, controller, make_criterion(recipe),
-                 loaders, total_steps, started=time.perf_counter(), gflops_per_image=gflops)
+                 loaders, total_steps, started=time.perf_counter(), gflops_per_image=gflops,
+                 execution=execution, scaler=execution.grad_scaler(device))
     if checkpoint is not None:
         try:
             resume_training(t, checkpoint)
@@ -301,7 +309,6 @@ def build_training(run: RunConfig, checkpoint: dict | None = None) -> Training:
     elif distributed.is_distributed():   # the model is built: now each process draws its own augmentations
         torch.manual_seed(int(np.random.SeedSequence([run.seed, distributed.rank()]).generate_state(1)[0]))
     t.graphs_at_start = graphs_compiled()
-    t.execution = run.execution()
     t.execution.apply(t.model)
     if t.execution.graphs:
         check_graphs_possible(device, run.method, distributed.is_distributed())
@@ -322,6 +329,8 @@ def resume_training(t: Training, checkpoint: dict) -> None:
     t.optimizer.load_state_dict(checkpoint["optimizer"])
     t.scheduler.load_state_dict(state["scheduler"])
     t.controller.load_state_dict(checkpoint["controller"])
+    if t.scaler is not None:
+        t.scaler.load_state_dict(state["scaler"])
     t.load_resume_state(state)
     t.gflops_per_image = training_gflops_per_image(t.model)
     if t.epoch_loader_state is not None:     # the shuffle of the epoch the run continues in
@@ -329,11 +338,13 @@ def resume_training(t: Training, checkpoint: dict) -> None:
     restore_generators(parallel.own_state(state["rng"], "random generators"))
 
 
-def train_step(t: Training, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+def train_step(t: Training, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, bool]:
     """One optimizer step of the run on ``(x, y)`` (:func:`~barter_mini.training.step.training_step`)
     and its bookkeeping: the LR schedule, the compute spent, the update's time and, after a
     topology update, the tensors' new cost and a new DDP wrapper. Returns the batch's loss and
-    accuracy averaged over processes, read before backward: a non-finite loss stops the run
+    accuracy averaged over processes, and whether an optimizer step was taken (under fp16 a
+    step whose gradients overflowed is not: it counts in ``skipped_steps``, not in ``step``).
+    Loss and accuracy are read before backward: a non-finite loss stops the run
     (:class:`~barter_mini.errors.TrainingDiverged`) before its gradients reach the weights, the
     optimizer or the method's statistics, and the controller's ``before_step`` stops it before
     it decides on non-finite values."""
@@ -348,16 +359,19 @@ def train_step(t: Training, x: torch.Tensor, y: torch.Tensor) -> tuple[float, fl
         outcome = t.graphed(x, y, t.step + 1, check_loss)
     else:
         outcome = training_step(t.forward, t.optimizer, x, y, criterion=t.criterion, controller=t.controller,
-                                step=t.step + 1, check_loss=check_loss, execution=t.execution)
+                                step=t.step + 1, check_loss=check_loss, execution=t.execution, scaler=t.scaler)
+    t.train_gflops += t.gflops_per_image * x.shape[0] * distributed.world_size()
+    if outcome.skipped:
+        t.skipped_steps += 1
+        return measured[0], measured[1], False
     t.step += 1
     t.scheduler.step_update(t.step)          # no controller reads the LR: after its update is the same
-    t.train_gflops += t.gflops_per_image * x.shape[0] * distributed.world_size()
     if outcome.changed is not None:
         t.update_seconds += outcome.update_seconds
         if not get_method(t.run.method).full_width:
             t.gflops_per_image = training_gflops_per_image(t.model)  # the tensors changed size
             t.forward = parallel.wrap(t.model, t.device)      # DDP's buckets hold the old tensors
-    return measured[0], measured[1]
+    return measured[0], measured[1], True
 
 
 def fit_one_epoch(t: Training, after_each_step=None) -> dict:
@@ -376,11 +390,12 @@ def fit_one_epoch(t: Training, after_each_step=None) -> dict:
                disable=(None if t.run.progress is None else not t.run.progress), leave=False)
     for x, y in ([] if t.step >= t.total_steps else bar):
         x, y = x.to(t.device, non_blocking=True), y.to(t.device, non_blocking=True)
-        loss_value, accuracy = train_step(t, x, y)
+        loss_value, accuracy, stepped = train_step(t, x, y)
         losses.append(loss_value)
-        t.step_losses.append(loss_value)
-        t.window.append((loss_value, accuracy))
-        if t.step % LOG_EVERY == 0:
+        if stepped:                           # step_losses and the curve are indexed by optimizer step
+            t.step_losses.append(loss_value)
+            t.window.append((loss_value, accuracy))
+        if stepped and t.step % LOG_EVERY == 0:
             t.curve.append({"step": t.step, "train_loss": float(np.mean([l for l, _ in t.window])),
                             "train_acc": float(np.mean([a for _, a in t.window]))})
             t.window.clear()
@@ -452,6 +467,7 @@ def finalize(t: Training, out: Path) -> dict:
         "train_gflops_per_image": training_gflops_per_image(best_model),
         "train_pflops": t.train_gflops / 1e6,
         "update_time_s": t.update_seconds, "update_ms_per_step": 1000 * t.update_seconds / max(1, t.step),
+        "skipped_steps": t.skipped_steps,
         "allocation": best["allocation"], "history": t.history, "curve": t.curve,
         "update_losses": update_losses(t.step_losses, t.controller.changing_steps()),
         **t.controller.metrics(), "processes": distributed.world_size(), "threads": torch.get_num_threads(),
