@@ -395,7 +395,7 @@ def _bench_parser(sub) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="auto (CUDA when present), cpu or cuda")
     p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--executions", type=_comma_list(str, "execution names"),
-                   help="comma-separated, from eager, compiled, recompute (default: eager); "
+                   help="comma-separated, from eager, compiled, recompute, graphs, bf16, recompute+bf16, ... (default: eager); "
                         "each is measured side by side with the others")
     p.add_argument("--compile", action="store_true", help="also measure every case with its layers compiled")
     p.add_argument("--cuda-graphs", action="store_true",

@@ -215,6 +215,28 @@ def schedule_substitutions(density: float = 0.5) -> dict[str, str]:
     }
 
 
+def settings_substitutions() -> dict[str, str]:
+    """The defaults of :class:`~barter_mini.core.barter.BarterSettings` that the method and
+    reproduction pages state (update interval and horizon, transfer fractions, split factor,
+    symmetry noise, EMA factor, protection, multiplier, pruning score, clone moments), so a
+    changed default changes the pages."""
+    settings = BarterSettings()
+    return {
+        "default_delta_t": f"{settings.delta_t}",
+        "default_t_end": f"{settings.t_end:g}",
+        "default_t_end_percent": f"{100 * settings.t_end:g} %",
+        "default_head_fraction": f"{settings.head_fraction:g}",
+        "default_ffn_fraction": f"{settings.ffn_fraction:g}",
+        "default_split_alpha": f"{settings.split_alpha:g}",
+        "default_symmetry_noise": f"{settings.symmetry_noise:g}",
+        "default_stats_beta": f"{settings.stats_beta:g}",
+        "default_protected_steps": f"{settings.protected_steps}",
+        "default_transfer_multiplier": f"{settings.transfer_multiplier:g}",
+        "default_pruning_score": f"`{settings.pruning_score}`",
+        "default_clone_moments": f'`"{settings.clone_moments}"`',
+    }
+
+
 def model_substitutions() -> dict[str, str]:
     """The introduction's counts of ``barter_mini``'s CCT (what ``barter-mini describe`` prints
     for ``cct-paper``): parameters and training GFLOPs per image at full width and at density
@@ -316,5 +338,6 @@ def paper_substitutions() -> dict[str, str]:
         **table15_substitutions(),
         **ablation_substitutions(),
         **schedule_substitutions(),
+        **settings_substitutions(),
         **model_substitutions(),
     }

@@ -57,6 +57,19 @@ def run_multipliers(setup: Profile, multipliers, density: float, seeds, progress
     return pd.DataFrame(rows)
 
 
+def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """:func:`run_multipliers`' rows narrowed to a page's width: moved / planned per unit kind
+    in one column each, validation and test Top-1, test macro-F1, update ms per step (the
+    seconds per schedule and the unrounded values stay in the notebook's CSV)."""
+    return pd.DataFrame({
+        "multiplier": runs["multiplier"], "seed": runs["seed"],
+        "heads moved / planned": [f"{m} / {p}" for m, p in zip(runs["head_transfers"], runs["heads_planned"])],
+        "FFN moved / planned": [f"{m} / {p}" for m, p in zip(runs["ffn_transfers"], runs["ffn_planned"])],
+        "val_acc": runs["val_acc"].round(2), "acc": runs["acc"].round(2), "f1": runs["f1"].round(2),
+        "update_ms_per_step": runs["update_ms_per_step"].round(3),
+    })
+
+
 def _paper_multipliers() -> pd.DataFrame:
     """Tables 16 and 17 (ViT/Tiny-ImageNet, rho = 0.5), indexed by multiplier."""
     return read_paper_table("table16_17_transfer_multiplier_vit").set_index("multiplier")
