@@ -1,6 +1,7 @@
 """Measurement primitives and barter-mini bench."""
 
 import json
+import statistics
 
 import pytest
 import torch
@@ -9,11 +10,12 @@ from barter_mini.book.efficiency import iphone_comparison
 from barter_mini.cli import main
 from barter_mini.core.counting import counted_training_gflops_per_image, forward_flops_per_image
 from barter_mini.core.models import build_model, get_model_config
-from barter_mini.measure.bench import build_training_step, bench
+from barter_mini.measure.bench import build_training_step, bench, graph_cost, update_cost
 from barter_mini.measure.bench_report import execution_effects, fixed_work, format_report, ratios, step_ratios
 from barter_mini.measure.memory import step_memory, tensor_bytes
 from barter_mini.measure.breakdown import CATEGORIES, FIXED, ideal_without_fixed_work, step_profile
 from barter_mini.measure.timing import interleaved_times
+from barter_mini.training.graphs import GraphedStep
 
 KEYS = {"method", "density", "step_ms", "epoch_s", "peak_mem_mb", "train_gflops_per_image", "params"}
 
@@ -206,3 +208,38 @@ def test_the_gpu_check_plans_every_case_and_refuses_a_machine_without_a_gpu(monk
         run_gpu_check()
     with pytest.raises(BarterError, match="needs a CUDA device"):
         bench("cct-mini", ["barter"], [0.3], batch=2, steps=1, device="cpu", progress=False, executions=["graphs"])
+
+
+def test_the_bench_reports_what_recording_graphs_costs_over_a_schedule():
+    """Under graphs (the host stand-in of test_graphs, whose recordings reserve 1 MiB each)
+    every sampled update is followed by a recording; the schedule's cost is one recording at
+    the start and one after each update, and the graph's memory is the largest reservation.
+    Without graphs every column is zero."""
+    from test_graphs import HostBackend
+
+    class Reserving(HostBackend):
+        reserved = 0
+
+        def capture(self, graph, body):
+            super().capture(graph, body)
+            self.reserved += 2**20
+
+        def memory_reserved(self):
+            return self.reserved
+
+    setup = build_training_step("cct-mini", "barter", 0.5, 4, 400, torch.device("cpu"))
+    setup.graphed = GraphedStep(setup.model, setup.optimizer, setup.criterion, setup.controller, setup.execution,
+                                Reserving(setup))
+    for _ in range(3):
+        setup()
+    assert (setup.graphed.captures, setup.graphed.eager_steps, setup.graphed.replays) == (1, 1, 2)
+    updates = update_cost(setup, 2, torch.device("cpu"))
+    assert updates["update_units_moved"] > 0 and len(updates["capture_s"]) == 2
+    assert setup.graphed.captures == 3
+    cost = graph_cost(setup, updates)
+    assert cost["capture_ms"] == pytest.approx(1000 * statistics.median(updates["capture_s"]))
+    assert cost["capture_s_per_schedule"] == pytest.approx(cost["capture_ms"] / 1000 * (1 + updates["updates_per_schedule"]))
+    assert cost["graph_memory_mb"] == 1.0
+    eager = build_training_step("cct-mini", "barter", 0.5, 4, 400, torch.device("cpu"))
+    assert graph_cost(eager, update_cost(eager, 1, torch.device("cpu"))) == {
+        "capture_ms": 0.0, "capture_s_per_schedule": 0.0, "graph_memory_mb": 0.0}

@@ -59,6 +59,9 @@ class HostBackend:
     def synchronize(self):
         pass
 
+    def memory_reserved(self):
+        return 0
+
 
 def test_graphed_steps_equal_eager_steps_across_topology_updates():
     """Two runs of the same BARTER configuration, one eager, one through GraphedStep on the

@@ -7,7 +7,11 @@ For every method and density, on synthetic input of the model's shape (Tables 6-
   work, AdamW), methods interleaved round by round after warm-up
   (:func:`~barter_mini.measure.timing.interleaved_times`);
 * ``epoch_s``: a contiguous measured segment of steps, per step, plus the amortised cost of
-  the topology updates, times the steps of one epoch of the model's paper dataset;
+  the topology updates (and of compiling or recording graphs), times the steps of one epoch
+  of the model's paper dataset;
+* under CUDA graphs: one recording's milliseconds after an update (``capture_ms``), the
+  recordings of a whole paper schedule (``capture_s_per_schedule``) and the graph's own
+  memory (``graph_memory_mb``) (:func:`graph_cost`);
 * with ``profile_steps`` on a GPU: kernel launches per step and the share of the step the GPU
   was busy (:func:`~barter_mini.measure.breakdown.device_activity`);
 * ``peak_mem_mb``: the peak of one real step (:func:`~barter_mini.measure.memory.step_memory`);
@@ -201,9 +205,11 @@ def update_cost(setup: TrainingStep, samples: int, device: torch.device) -> dict
     ``after_update_step_s`` are the seconds of the first training step after each of those
     updates and the graphs compiled during it: where the layers are compiled, that step
     recompiles whatever graph the new shapes need (none where a graph for their shape class
-    exists); ``update_graphs_compiled`` is their sum.
+    exists); ``update_graphs_compiled`` is their sum. Under CUDA graphs that step is the
+    replayed step's: an eager warm-up, then the new shapes' graph recorded;
+    ``capture_s`` are the recordings' seconds.
     """
-    times, after, moved = [], [], 0
+    times, after, captures, moved = [], [], [], 0
     graphs_before = graphs_compiled()
     for step in setup.changing_steps[:samples]:
         setup.run(step - 1)                        # the method's bookkeeping sees step - 1
@@ -214,16 +220,39 @@ def update_cost(setup: TrainingStep, samples: int, device: torch.device) -> dict
         times.append(timed(lambda: records.update(setup.controller.after_step(step) or {}), device))
         moved += sum(record.executed for record in records.values() if hasattr(record, "executed"))
         graphs = graphs_compiled()
-        seconds = timed(lambda: setup.run(step + 1, controller_after_step=False), device)
+        if setup.graphed is not None:
+            recorded = setup.graphed.captures, setup.graphed.capture_seconds
+            seconds = timed(lambda: setup.run(step + 1), device)
+            if setup.graphed.captures > recorded[0]:
+                captures.append(setup.graphed.capture_seconds - recorded[1])
+        else:
+            seconds = timed(lambda: setup.run(step + 1, controller_after_step=False), device)
         after.append((seconds, graphs_compiled() - graphs))
     median = statistics.median(times)
     return {"update_ms": 1000 * median, "updates_per_schedule": len(setup.changing_steps),
             "update_s_per_schedule": median * len(setup.changing_steps), "update_units_moved": moved,
-            "after_update_step_s": after, "update_graphs_compiled": graphs_compiled() - graphs_before}
+            "after_update_step_s": after, "update_graphs_compiled": graphs_compiled() - graphs_before,
+            "capture_s": captures}
 
 
 NO_UPDATES = {"update_ms": 0.0, "updates_per_schedule": 0, "update_s_per_schedule": 0.0, "update_units_moved": 0,
-              "after_update_step_s": [], "update_graphs_compiled": 0}
+              "after_update_step_s": [], "update_graphs_compiled": 0, "capture_s": []}
+
+
+def graph_cost(setup: TrainingStep, updates: dict) -> dict:
+    """What replaying from CUDA graphs costs a run of the paper's schedule: the median
+    recording after an update (``updates["capture_s"]``; without updates, the mean of the
+    recordings so far), one recording at the start plus one after each of the schedule's
+    ``updates_per_schedule`` updates (21 / 61 / 103 / 147 for BARTER's CCT at rho 0.1 / 0.3 /
+    0.5 / 0.7 in the paper), and the graph's own memory. Zero without graphs."""
+    graphed = setup.graphed
+    if graphed is None or not graphed.captures:
+        return {"capture_ms": 0.0, "capture_s_per_schedule": 0.0, "graph_memory_mb": 0.0}
+    per_capture = (statistics.median(updates["capture_s"]) if updates["capture_s"]
+                   else graphed.capture_seconds / graphed.captures)
+    return {"capture_ms": 1000 * per_capture,
+            "capture_s_per_schedule": per_capture * (1 + updates["updates_per_schedule"]),
+            "graph_memory_mb": graphed.memory_bytes / 2**20}
 
 
 def compile_cost(first_step_s: float, step_s: float, updates: dict, total_steps: int) -> dict:
@@ -271,13 +300,15 @@ def timing_columns(setup: TrainingStep, times: list[float], device: torch.device
     updates = update_cost(setup, samples, device) if setup.changing_steps else dict(NO_UPDATES)
     compiling = (compile_cost(first_step_s, step_s, updates, total_steps) if setup.execution.compile
                  else compile_cost(0.0, 0.0, NO_UPDATES, total_steps))
+    recording = graph_cost(setup, updates)
     update_s_per_step = updates["update_s_per_schedule"] / total_steps
-    per_step_s = segment_s + update_s_per_step + compiling["compile_ms_per_step"] / 1000
+    per_step_s = (segment_s + update_s_per_step + compiling["compile_ms_per_step"] / 1000
+                  + recording["capture_s_per_schedule"] / total_steps)
     columns = {"step_ms": 1000 * step_s, "step_ms_q1": 1000 * quartiles[0], "step_ms_q3": 1000 * quartiles[2],
                "segment_ms_per_step": 1000 * segment_s, "steps_per_epoch": steps_per_epoch,
                "epoch_s": per_step_s * steps_per_epoch,
                **updates, "update_ms_per_step": 1000 * update_s_per_step,
-               "update_percent_of_training": 100 * update_s_per_step / per_step_s, **compiling}
+               "update_percent_of_training": 100 * update_s_per_step / per_step_s, **compiling, **recording}
     if profile_steps:
         columns.update({f"profile_{category}_ms": ms for category, ms in step_profile(setup, profile_steps).items()})
         if device.type == "cuda":

@@ -64,7 +64,9 @@ def step_ratios(rows: list[dict], method: str = "barter", against=("static", "ri
 def execution_effects(rows: list[dict], baseline: str = "eager") -> list[dict]:
     """Per method, density and execution other than ``baseline``: its step time and peak
     memory against the ``baseline`` execution's of the same method and density, and what
-    compiling cost (seconds at the first step, per update, over the paper's schedule)."""
+    compiling cost (seconds at the first step, per update, over the paper's schedule) and what
+    recording CUDA graphs cost (ms per recording, seconds over the schedule, the graph's
+    memory)."""
     by_case = _by_case(rows)
     out = []
     for (method, density, execution), row in by_case.items():
@@ -78,6 +80,9 @@ def execution_effects(rows: list[dict], baseline: str = "eager") -> list[dict]:
                     "compile_s": row.get("compile_s", 0.0),
                     "recompile_s_per_update": row.get("recompile_s_per_update", 0.0),
                     "compile_s_per_schedule": row.get("compile_s_per_schedule", 0.0),
+                    "capture_ms": row.get("capture_ms", 0.0),
+                    "capture_s_per_schedule": row.get("capture_s_per_schedule", 0.0),
+                    "graph_memory_mb": row.get("graph_memory_mb", 0.0),
                     "updates_per_schedule": row["updates_per_schedule"]})
     return out
 
@@ -137,7 +142,10 @@ def format_report(rows: list[dict]) -> str:
         compiled = (f"; compiling {effect['compile_s']:.1f} s, {effect['recompile_s_per_update']:.2f} s per update, "
                     f"{effect['compile_s_per_schedule']:.0f} s over {effect['updates_per_schedule']} updates"
                     if "compiled" in effect["execution"] else "")
+        recorded = (f"; recording the graph {effect['capture_ms']:.0f} ms, {effect['capture_s_per_schedule']:.1f} s "
+                    f"over {effect['updates_per_schedule']} updates and the start, graph memory "
+                    f"{effect['graph_memory_mb']:.0f} MB" if "graphs" in effect["execution"] else "")
         lines.append(f"{effect['method']} rho={effect['density']:g} {effect['execution']}: "
                      f"{effect['step_speedup']:.2f}x the eager step speed, peak memory "
-                     f"{100 * effect['memory_fraction']:.1f} % of eager's{compiled}")
+                     f"{100 * effect['memory_fraction']:.1f} % of eager's{compiled}{recorded}")
     return "\n".join(lines)

@@ -81,6 +81,9 @@ class CudaBackend:
     def synchronize(self) -> None:
         torch.cuda.synchronize()
 
+    def memory_reserved(self) -> int:
+        return torch.cuda.memory_reserved()
+
 
 def tensors_signature(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple:
     """What a graph's addresses depend on: every parameter's identity and shape, and the
@@ -105,6 +108,10 @@ class GraphedStep:
     #: how often a graph was recorded, and the wall seconds the recordings took
     captures: int = 0
     capture_seconds: float = 0.0
+    #: the most memory one recording reserved: the graph's private pool, which holds the
+    #: step's activations, gradients and temporaries at fixed addresses beside the eager
+    #: allocator's cache
+    memory_bytes: int = 0
     #: steps replayed from a graph and steps run eagerly
     replays: int = 0
     eager_steps: int = 0
@@ -181,8 +188,10 @@ class GraphedStep:
             self.optimizer.step()
             self._static["logits"], self._static["loss"] = logits, loss
 
+        reserved = self.backend.memory_reserved()
         self.backend.capture(graph, body)
         self.backend.synchronize()
+        self.memory_bytes = max(self.memory_bytes, self.backend.memory_reserved() - reserved)
         self._graph = graph
         self._signature = tensors_signature(self.model, self.optimizer)
         self.captures += 1
@@ -191,4 +200,5 @@ class GraphedStep:
     def metrics(self) -> dict:
         """What metrics.json reports of the graphs."""
         return {"graph_captures": self.captures, "graph_capture_s": self.capture_seconds,
+                "graph_memory_mb": self.memory_bytes / 2**20,
                 "graph_replays": self.replays, "graph_eager_steps": self.eager_steps}
