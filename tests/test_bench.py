@@ -199,10 +199,9 @@ def test_the_gpu_check_plans_every_case_and_refuses_a_machine_without_a_gpu(monk
     cct = planned["cct-paper"]
     assert {e for _, _, e in cct} == {"eager", "bf16", "bf16+graphs"}
     graphed = {m for m, _, e in cct if e == "bf16+graphs"}
-    assert graphed == {"dense", "static", "barter"}            # the masked methods cannot replay
-    assert {m for m, _, e in cct if e == "eager"} >= {"dense", "rigl", "static", "barter"}
-    # per execution dense once, then each method at each density; no rigl under graphs
-    assert len(planned["timm:vit_small_patch16_224"]) == 2 * (1 + 3 * 2) + (1 + 2 * 2)
+    assert graphed == {m for m, _, e in cct if e == "eager"} >= {"dense", "rigl", "s2vite", "static", "barter"}
+    # per execution dense once, then each method at each density
+    assert len(planned["timm:vit_small_patch16_224"]) == 3 * (1 + 3 * 2)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(BarterError, match="measures a CUDA GPU"):
         run_gpu_check()

@@ -11,7 +11,9 @@ import torch
 from barter_mini.core.execution import Execution
 from barter_mini.errors import BarterError
 from barter_mini.measure.bench import build_training_step
+from barter_mini.core.method import MethodController
 from barter_mini.training.graphs import GraphedStep, check_graphs_possible
+from barter_mini.training.methods import METHODS, Method
 from barter_mini.training.run_config import RunConfig
 from barter_mini.training.step import training_step
 from barter_mini.training.trainer import build_training
@@ -30,10 +32,12 @@ class HostBackend:
         return {}
 
     def _live(self):
-        t = self.t
+        """What a step writes: weights, optimizer state, BARTER's statistics, SNFS's momentum."""
+        t, controller = self.t, self.t.controller
         return ([p for p in t.model.parameters()]
                 + [v for s in t.optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
-                + t.controller.statistics.tensors())
+                + (controller.statistics.tensors() if hasattr(controller, "statistics") else [])
+                + [v for s in getattr(controller, "_moments", {}).values() for v in s.values()])
 
     def capture(self, graph, body):
         saved = [v.detach().clone() for v in self._live()]
@@ -99,13 +103,55 @@ def test_graphed_steps_equal_eager_steps_across_topology_updates():
     assert graphed.eager_steps >= len(changing) + graphed.captures
 
 
-def test_graphs_are_refused_where_they_cannot_work():
+class ProbeController(MethodController):
+    """A method with host work before every step and no say on which steps may replay."""
+
+    def before_step(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("method", ["rigl", "snfs", "s2vite"])
+def test_a_masked_methods_graphed_steps_equal_its_eager_steps_across_mask_updates(method):
+    """RigL, SNFS (its momentum updated before every step) and S2ViTE (its head hooks armed
+    before an update) through GraphedStep on the host stand-in: the same masks and weights as
+    the eager run, bit for bit, after mask updates; every update step ran eagerly."""
+    run = RunConfig(method=method, dataset="digits", recipe="smoke", epochs=2, density=0.5, seed=3, delta_t=4,
+                    progress=False)
+    eager, graphed_run = build_training(run), build_training(run)
+    graphed = GraphedStep(graphed_run.model, graphed_run.optimizer, graphed_run.criterion, graphed_run.controller,
+                          Execution(), HostBackend(graphed_run))
+    step, updates = 0, 0
+    for _ in range(2):
+        for x, y in eager.loaders[0]:
+            step += 1
+            outcome = training_step(eager.model, eager.optimizer, x, y, criterion=eager.criterion,
+                                    controller=eager.controller, step=step)
+            mirrored = graphed(x, y, step)
+            assert (outcome.changed is None) == (mirrored.changed is None)
+            updates += outcome.changed is not None
+            assert torch.equal(mirrored.loss, outcome.loss)
+            for t in (eager, graphed_run):
+                t.scheduler.step_update(step)
+                for group in t.optimizer.param_groups:
+                    group["lr"] = torch.tensor(float(group["lr"]))
+    assert updates > 0 and graphed.replays > 0 and graphed.captures >= updates
+    assert any(record["grown"] for record in eager.controller.history)
+    for a, b in zip(eager.model.parameters(), graphed_run.model.parameters()):
+        assert torch.equal(a, b)
+    for name, mask in eager.controller.state_dict()["masks"].items():
+        assert torch.equal(mask, graphed_run.controller.state_dict()["masks"][name]), name
+
+
+def test_graphs_are_refused_where_they_cannot_work(monkeypatch):
     with pytest.raises(BarterError, match="needs a CUDA device; this run is on cpu"):
         check_graphs_possible(torch.device("cpu"), "static")
     with pytest.raises(BarterError, match="runs on one process"):
         check_graphs_possible(torch.device("cuda"), "static", distributed=True)
-    with pytest.raises(BarterError, match="rigl does work on the host before every step"):
-        check_graphs_possible(torch.device("cuda"), "rigl")
+    probe = Method("probe", ProbeController, full_width=False, build=lambda setup: ProbeController())
+    monkeypatch.setitem(METHODS, "probe", probe)
+    with pytest.raises(BarterError, match="probe does work on the host before every step.*offered for dense, "
+                                          "static, oneshot, barter"):
+        check_graphs_possible(torch.device("cuda"), "probe")
     check_graphs_possible(torch.device("cuda"), "static")        # nothing to refuse
     with pytest.raises(BarterError, match="needs a CUDA device; this run asks for the cpu"):
         RunConfig(cuda_graphs=True, device="cpu").validate()
@@ -118,4 +164,7 @@ def test_which_methods_may_replay():
     update = barter.schedule.update_steps[0]
     assert barter.graph_safe(update + 1) and not barter.graph_safe(update)
     assert build_training_step("cct-mini", "static", 0.5, 4, 200, torch.device("cpu")).controller.graph_safe(1)
-    assert not build_training_step("cct-mini", "rigl", 0.5, 4, 200, torch.device("cpu")).controller.graph_safe(1)
+    rigl = build_training_step("cct-mini", "rigl", 0.5, 4, 200, torch.device("cpu")).controller
+    update = rigl.schedule.update_steps[0]
+    assert rigl.graph_safe(1) and rigl.graph_safe(update + 1) and not rigl.graph_safe(update)
+    assert all(spec.replayable for spec in METHODS.values())

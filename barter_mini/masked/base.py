@@ -265,6 +265,14 @@ class MaskedDST(MethodController):
         if self.warmup is not None:
             self.warmup.before_step()
 
+    def graph_safe(self, step: int) -> bool:
+        """Replayable from a CUDA graph unless the masks are updated after ``step`` (then
+        :meth:`before_step` checks the gradients on the host and keeps the dense ones, and
+        S2ViTE's hooks record), the regrown weights' optimizer state warms up (host work every
+        step) or the gradients are averaged over processes. Otherwise :meth:`before_step` is
+        kernels only (mask the gradients; SNFS: update its momentum) and the same every step."""
+        return not self.schedule.is_update(step) and self.warmup is None and not distributed.is_distributed()
+
     @torch.no_grad()
     def after_step(self, step: int) -> dict | None:
         """After ``optimizer.step()`` (``step`` counts from 1): re-mask; update on schedule."""

@@ -173,7 +173,7 @@ def check_bench_arguments(model: str, methods, densities, batch: int, steps: int
     executions = list(dict.fromkeys(executions))
     fixed = [(m, get_method(m).fixed_density) for m in methods if get_method(m).fixed_density is not None]
     cases = [(m, check_density(d)) for d in densities for m in methods if get_method(m).fixed_density is None]
-    # a method whose steps cannot be replayed (the masked ones) has no rows under graphs
+    # a method whose steps cannot be replayed (none of the registry's today) has no rows under graphs
     return [(m, d, e) for e in executions for m, d in fixed + cases
             if not EXECUTIONS[e].graphs or get_method(m).replayable]
 

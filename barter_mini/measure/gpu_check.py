@@ -2,8 +2,8 @@
 
 Both paper models at the paper's batch sizes (CCT at 128, ViT at 256; Table 14) and a stock
 timm ViT-S/16 at 224 pixels, every method and density, each case in three executions side by
-side: eager fp32, bf16, and bf16 with the step replayed from CUDA graphs (compact methods
-only: a masked method's per-step host work cannot be replayed). Static and dense are rows of
+side: eager fp32, bf16, and bf16 with the step replayed from CUDA graphs (every method: a
+graph replays the steps between updates, each update step runs eagerly). Static and dense are rows of
 their own, so BARTER's step is read against its frozen model (the paper's 1.8 %) and against
 the full-width model. Every case is also profiled: kernel launches per step and the share of
 the step the GPU was busy. Sized to finish well inside eight minutes on one H100/H200-class

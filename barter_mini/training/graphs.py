@@ -40,7 +40,7 @@ from torch import nn
 from ..core.execution import Execution
 from ..core.method import MethodController
 from ..errors import BarterError
-from .methods import get_method
+from .methods import METHODS, get_method
 from .step import StepOutcome, after_step, training_step
 
 
@@ -52,8 +52,9 @@ def check_graphs_possible(device: torch.device, method: str, distributed: bool =
     if distributed:
         raise BarterError("--cuda-graphs runs on one process: DDP's gradient buckets are not captured here")
     if not get_method(method).replayable:
+        offered = ", ".join(name for name, spec in METHODS.items() if spec.replayable)
         raise BarterError(f"--cuda-graphs: {method} does work on the host before every step, which a graph "
-                          "cannot replay; it is offered for dense, static, oneshot and barter")
+                          f"cannot replay; it is offered for {offered}")
 
 
 @dataclass
