@@ -242,3 +242,15 @@ def test_the_bench_reports_what_recording_graphs_costs_over_a_schedule():
     eager = build_training_step("cct-mini", "barter", 0.5, 4, 400, torch.device("cpu"))
     assert graph_cost(eager, update_cost(eager, 1, torch.device("cpu"))) == {
         "capture_ms": 0.0, "capture_s_per_schedule": 0.0, "graph_memory_mb": 0.0}
+
+
+def test_the_cost_tables_have_a_row_per_model_and_method(rows):
+    from barter_mini.book.efficiency import cost_by_density
+    tables = cost_by_density({"cct-mini": rows, "again": rows})
+    assert list(tables) == ["ms/step", "s/epoch", "peak memory (MB)"]
+    steps = tables["ms/step"]
+    assert list(steps.columns) == [0.3] and list(steps.index.names) == ["model", "method"]
+    assert len(steps) == 2 * len(rows)
+    barter = next(r for r in rows if r["method"] == "barter")
+    assert steps.loc[("again", "barter"), 0.3] == round(barter["step_ms"], 1)
+    assert tables["peak memory (MB)"].loc[("cct-mini", "barter"), 0.3] == round(barter["peak_mem_mb"], 1)

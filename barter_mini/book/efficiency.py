@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..errors import BarterError
 from .experiments import read_paper_table
+from .report import by_density
 from .tables import settings_markdown
 
 
@@ -57,6 +58,19 @@ BENCH_PROFILES = {
 #: transcriptions, so ViT's paper cells stay blank, as do those of models the paper does not
 #: train (cct-mini).
 PAPER_COMPUTE_TABLES = {"cct-paper": ("table15_compute_and_size_cct", "Table 15")}
+
+
+#: the bench's columns the chapter's cost tables show, by the words a table heads them with
+COST_MEASURES = {"ms/step": "step_ms", "s/epoch": "epoch_s", "peak memory (MB)": "peak_mem_mb"}
+
+
+def cost_by_density(rows_by_model: dict[str, list[dict]], decimals: int = 1) -> dict[str, pd.DataFrame]:
+    """Per measure of :data:`COST_MEASURES`, one table: a row per model and method, a column
+    per density (Tables 6, 8 and 14 in layout), so that a page of four densities stays six
+    columns wide however many models were measured."""
+    return {what: pd.concat({model: by_density(rows, value).round(decimals) for model, rows in rows_by_model.items()},
+                            names=["model"])
+            for what, value in COST_MEASURES.items()}
 
 
 def compute_beside_paper(rows, methods=("static", "barter")) -> pd.DataFrame:
