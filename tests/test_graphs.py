@@ -67,33 +67,43 @@ class HostBackend:
         return 0
 
 
-def test_graphed_steps_equal_eager_steps_across_topology_updates():
-    """Two runs of the same BARTER configuration, one eager, one through GraphedStep on the
-    host stand-in, with the real LR schedule and an epoch's last smaller batch: the same
-    allocations, weights and statistics, bit for bit, after updates that moved units."""
-    run = RunConfig(method="barter", dataset="digits", recipe="smoke", epochs=3, density=0.5, seed=3, delta_t=4,
-                    progress=False)
+def train_side_by_side(run: RunConfig):
+    """``run`` trained twice over its epochs, eagerly and through GraphedStep on the host
+    stand-in, with the real LR schedule (as float32 tensors, as a recorded step reads it) and
+    each epoch's last smaller batch; every step's loss and whether it changed the model must
+    agree. Returns both trainings, the graphed step, its backend, the steps and the eager
+    outcomes that changed the model."""
     eager, graphed_run = build_training(run), build_training(run)
     backend = HostBackend(graphed_run)
     graphed = GraphedStep(graphed_run.model, graphed_run.optimizer, graphed_run.criterion, graphed_run.controller,
                           Execution(), backend)
-    step, moved = 0, 0
-    for _ in range(3):
+    step, changes = 0, []
+    for _ in range(run.epochs):
         for x, y in eager.loaders[0]:
             step += 1
             outcome = training_step(eager.model, eager.optimizer, x, y, criterion=eager.criterion,
                                     controller=eager.controller, step=step)
             mirrored = graphed(x, y, step)
             assert (outcome.changed is None) == (mirrored.changed is None)
-            moved += sum(r.executed for r in (outcome.changed or {}).values())
             assert torch.equal(mirrored.loss, outcome.loss)
+            if outcome.changed is not None:
+                changes.append(outcome.changed)
             for t in (eager, graphed_run):
                 t.scheduler.step_update(step)
-                for group in t.optimizer.param_groups:   # as a recorded step reads it: float32
+                for group in t.optimizer.param_groups:
                     group["lr"] = torch.tensor(float(group["lr"]))
-    assert moved > 0
     for a, b in zip(eager.model.parameters(), graphed_run.model.parameters()):
         assert a.shape == b.shape and torch.equal(a, b)
+    return eager, graphed_run, graphed, backend, step, changes
+
+
+def test_graphed_steps_equal_eager_steps_across_topology_updates():
+    """BARTER eager and through GraphedStep: the same allocations, weights and statistics,
+    bit for bit, after updates that moved units."""
+    run = RunConfig(method="barter", dataset="digits", recipe="smoke", epochs=3, density=0.5, seed=3, delta_t=4,
+                    progress=False)
+    eager, graphed_run, graphed, backend, step, changes = train_side_by_side(run)
+    assert sum(r.executed for changed in changes for r in changed.values()) > 0
     for a, b in zip(eager.controller.statistics.tensors(), graphed_run.controller.statistics.tensors()):
         assert torch.equal(a, b)
     changing = [s for s in eager.controller.changing_steps() if s <= step]
@@ -113,31 +123,13 @@ class ProbeController(MethodController):
 @pytest.mark.parametrize("method", ["rigl", "snfs", "s2vite"])
 def test_a_masked_methods_graphed_steps_equal_its_eager_steps_across_mask_updates(method):
     """RigL, SNFS (its momentum updated before every step) and S2ViTE (its head hooks armed
-    before an update) through GraphedStep on the host stand-in: the same masks and weights as
-    the eager run, bit for bit, after mask updates; every update step ran eagerly."""
-    run = RunConfig(method=method, dataset="digits", recipe="smoke", epochs=2, density=0.5, seed=3, delta_t=4,
+    before an update) eager and through GraphedStep: the same masks and weights, bit for
+    bit, after mask updates that regrew weights; every update step ran eagerly."""
+    run = RunConfig(method=method, dataset="digits", recipe="smoke", epochs=1, density=0.5, seed=3, delta_t=4,
                     progress=False)
-    eager, graphed_run = build_training(run), build_training(run)
-    graphed = GraphedStep(graphed_run.model, graphed_run.optimizer, graphed_run.criterion, graphed_run.controller,
-                          Execution(), HostBackend(graphed_run))
-    step, updates = 0, 0
-    for _ in range(2):
-        for x, y in eager.loaders[0]:
-            step += 1
-            outcome = training_step(eager.model, eager.optimizer, x, y, criterion=eager.criterion,
-                                    controller=eager.controller, step=step)
-            mirrored = graphed(x, y, step)
-            assert (outcome.changed is None) == (mirrored.changed is None)
-            updates += outcome.changed is not None
-            assert torch.equal(mirrored.loss, outcome.loss)
-            for t in (eager, graphed_run):
-                t.scheduler.step_update(step)
-                for group in t.optimizer.param_groups:
-                    group["lr"] = torch.tensor(float(group["lr"]))
-    assert updates > 0 and graphed.replays > 0 and graphed.captures >= updates
+    eager, graphed_run, graphed, _, _, changes = train_side_by_side(run)
+    assert changes and graphed.replays > 0 and graphed.captures >= len(changes)
     assert any(record["grown"] for record in eager.controller.history)
-    for a, b in zip(eager.model.parameters(), graphed_run.model.parameters()):
-        assert torch.equal(a, b)
     for name, mask in eager.controller.state_dict()["masks"].items():
         assert torch.equal(mask, graphed_run.controller.state_dict()["masks"][name]), name
 
