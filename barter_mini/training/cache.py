@@ -176,6 +176,16 @@ def partial_dir(target: Path) -> Path:
     return target.with_name(f".{target.name}.partial")
 
 
+def refuse_links(*paths: Path) -> None:
+    """A one-line error if one of ``paths`` (an entry, its partial folder) is a symbolic link:
+    the names are the cache's own, in a folder others may write, and a run trained through a
+    planted link would write (and, on failure, delete) inside whatever folder it names."""
+    for path in paths:
+        if path.is_symlink():
+            raise BarterError(f"{path} in the run cache is a symbolic link, not a folder the cache made: refused, "
+                              "since training through it would write where it points; delete the link and ask again")
+
+
 def lock_path(target: Path) -> Path:
     """The lock file that guards :func:`partial_dir` of ``target`` (hidden)."""
     return target.with_name(f".{target.name}.lock")
@@ -258,6 +268,7 @@ def cached_train(run: RunConfig, cache_dir: Path | None = None, train_missing: b
                           f"(same cache: {CACHE_ENV}={target.parent}), or unset {TRAIN_ENV}")
     ensure_folder(check_cache_dir(target.parent))
     with run_lock(target):
+        refuse_links(target, partial_dir(target))
         state, damage = entry_state(target)     # another process may have completed it meanwhile
         if state != "complete":
             if state == "damaged":

@@ -22,11 +22,29 @@ from ..core.surgery import allocation_of
 from .checkpoints import CHECKPOINT_FORMAT, RUN_KEYS, load_checkpoint, model_from_checkpoint, save_checkpoint
 from ..errors import BarterError
 from .methods import get_method
+from .run_folder import RUN_FILES, RUN_LOCK
+
+#: what a run folder holds besides :data:`RUN_FILES`: its lock and, in the run cache, the
+#: completion record (training.cache.COMPLETION_RECORD) that vouches for the others
+RUN_FOLDER_EXTRAS = (RUN_LOCK, "complete.json")
+
+
+def check_not_run_file(run_dir: Path, out: Path) -> None:
+    """A one-line error if ``out`` is one of ``run_dir``'s own files (by name, or the same
+    file under another name: a link): writing the export there would replace a run file with
+    one that lacks the run's keys, and the next export or resume of the run would fail."""
+    names = RUN_FILES + RUN_FOLDER_EXTRAS
+    own = [run_dir / name for name in names]
+    same = out.resolve().parent == run_dir.resolve() and out.name in names
+    if same or (out.exists() and any(path.exists() and out.samefile(path) for path in own)):
+        raise BarterError(f"--out {out} is one of the run's own files ({', '.join(names)}): "
+                          "export to a path outside them")
 
 
 def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "best.pt") -> dict:
     """Write ``run_dir``'s model in its smallest dense form to ``out``; return a summary."""
     path = Path(run_dir) / checkpoint
+    check_not_run_file(Path(run_dir), Path(out))
     state = load_checkpoint(path, keys=RUN_KEYS, use="exporting it")
     if not isinstance(state["run"], dict) or not {"method", "density"} <= set(state["run"]):
         raise BarterError(f"{path} records no run settings with a method and a density: "

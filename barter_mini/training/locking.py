@@ -6,14 +6,22 @@ it to a POSIX lock that the server arbitrates across nodes. A second process is 
 once with a one-line :class:`~barter_mini.errors.BarterError` rather than made to wait, so a
 duplicate job fails in seconds instead of holding a GPU for the length of a run. The file
 records its holder (host and process) for that message.
+
+A run or cache folder may be writable by others (a shared cache), so the lock file is opened
+as what it must be and nothing else: ``O_NOFOLLOW`` refuses a symbolic link planted in its
+place (following it would truncate and overwrite the link's target, any file the user owns),
+and a file that is not a regular file of one link (a hard link to another file, a FIFO, a
+device) is refused before a byte is written, in one line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import socket
+import stat
 from pathlib import Path
 from typing import Iterator
 
@@ -33,7 +41,7 @@ def exclusive_lock(path: Path, what: str, remove: bool = False) -> Iterator[None
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            holder = handle.read().strip() or "another process"
+            holder = _printable(handle.read(HOLDER_CHARS).strip().splitlines()[:1]) or "another process"
             handle.close()
             raise BarterError(f"{what} is being trained by {holder} (lock {path}): "
                               "wait for it to finish, or stop it, then ask again") from None
@@ -52,12 +60,40 @@ def exclusive_lock(path: Path, what: str, remove: bool = False) -> Iterator[None
         handle.close()
 
 
+#: how a lock file is opened: created if missing, never through a symbolic link, never
+#: blocking on a FIFO, closed in child processes (a job's subprocesses must not hold it)
+OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
 def _open(path: Path):
+    """The lock file ``path`` opened for reading and writing, if it is a regular file of one
+    link (created so if missing), else a one-line error: nothing is written to anything else."""
     try:
-        return open(path, "a+")
+        fd = os.open(path, OPEN_FLAGS, 0o666)
     except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise BarterError(f"the lock file {path} is a symbolic link: refused, since writing through it "
+                              "would overwrite its target; delete the link (someone who can write that "
+                              "folder planted it) and ask again") from None
         raise BarterError(f"cannot create the lock file {path} ({error.strerror or type(error).__name__}): "
                           "choose a folder you may write in") from None
+    found = os.fstat(fd)
+    if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1:
+        os.close(fd)
+        what = "has other hard links" if stat.S_ISREG(found.st_mode) else "is not a regular file"
+        raise BarterError(f"the lock file {path} {what}: refused, since writing to it would change another "
+                          "file; delete it and ask again")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "r+")
+
+
+#: how much of a lock file's holder line the refusal quotes
+HOLDER_CHARS = 200
+
+
+def _printable(lines: list[str]) -> str:
+    """The holder line without control characters: the file is in a folder others may write."""
+    return "".join(char for char in (lines[0] if lines else "") if char.isprintable())
 
 
 def _names(path: Path, handle) -> bool:
@@ -73,7 +109,7 @@ def is_locked(path: Path) -> bool:
     path = Path(path)
     if not path.exists():
         return False
-    with open(path, "a+") as handle:
+    with _open(path) as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

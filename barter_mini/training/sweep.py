@@ -30,7 +30,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import shutil
+import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -42,6 +44,7 @@ import torch
 
 from ..errors import BarterError, check_integer, choose
 from .cache import TRAIN_ENV, cached_train, check_cache_dir, entry_state, run_dir, run_is_locked
+from .checkpoints import ensure_folder
 from .methods import check_methods, get_method
 from .run_config import RunConfig
 
@@ -133,10 +136,40 @@ class ExecutorSettings:
         return self
 
 
+def private_folder(folder: Path) -> Path:
+    """``folder`` (links resolved), created ``0700`` if missing, if it is a folder that only
+    this user owns and may write; else a one-line error.
+
+    submitit keeps each job's arguments and result there as pickles, and the sweep unpickles
+    the results: anyone who could write that folder could swap a result for a pickle that runs
+    their code in the sweep's process. Slurm's nodes run the jobs as the same user, so a
+    private folder costs nothing."""
+    folder = Path(folder).resolve()
+    try:
+        if not folder.exists():
+            ensure_folder(folder.parent)
+            with contextlib.suppress(FileExistsError):      # another sweep made it meanwhile: checked below
+                os.mkdir(folder, mode=0o700)
+        found = os.stat(folder)
+    except OSError as error:
+        raise BarterError(f"cannot create submitit's folder {folder} (--logs; {error.strerror or type(error).__name__}): "
+                          "give a folder you own") from None
+    if not stat.S_ISDIR(found.st_mode):
+        raise BarterError(f"submitit's folder {folder} (--logs) is not a folder: give a folder you own")
+    if found.st_uid != os.geteuid():
+        raise BarterError(f"submitit's folder {folder} (--logs) belongs to another user: the sweep reads the "
+                          "pickles there, so it must be yours alone; give a folder of your own with --logs")
+    if found.st_mode & 0o022:
+        raise BarterError(f"submitit's folder {folder} (--logs) may be written by others (mode "
+                          f"{stat.S_IMODE(found.st_mode):04o}): the sweep reads the pickles there, so it must be "
+                          f"yours alone; make it private (chmod 700 {shlex.quote(str(folder))}) or give another --logs")
+    return folder
+
+
 def make_executor(settings: ExecutorSettings) -> submitit.Executor:
     """The submitit executor of ``settings``: its logs folder and its job's resources."""
     settings = settings.validate()
-    logs = Path(settings.logs).resolve()
+    logs = private_folder(settings.logs)
     if settings.kind == "local":
         executor = submitit.LocalExecutor(folder=logs)
         executor.update_parameters(timeout_min=settings.time_min or LOCAL_TIME_MIN,

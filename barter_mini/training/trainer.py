@@ -164,6 +164,9 @@ class Training:
     scaler: torch.amp.GradScaler | None = None
     #: Dynamo's graph count when the run started (--compile: the difference counts recompiles)
     graphs_at_start: int = 0
+    #: why the run stopped for divergence (:func:`divergence_record`), else None: last.pt keeps
+    #: it, so a resume of a diverged run stops with the same line instead of training on
+    diverged: dict | None = None
 
     def checkpoint(self) -> dict:
         """The model and everything needed to continue exactly from here (:func:`resume_training`)."""
@@ -172,7 +175,7 @@ class Training:
                 "allocation": allocation_of(self.model).as_dict(), "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "controller": self.controller.state_dict(),
                 "epoch": self.epoch - 1, "step": self.step, "val": self.last_val,
-                "resume": self.resume_state()}
+                "resume": self.resume_state(), "diverged": self.diverged}
 
     def resume_state(self) -> dict:
         """The trainer's side of an exact resume: every :func:`progress` field (position in the
@@ -418,20 +421,33 @@ def fit_one_epoch(t: Training, after_each_step=None) -> dict:
     return entry
 
 
-def check_loss_against_chance(mean_loss: float, step: int, num_classes: int) -> None:
+def check_loss_against_chance(mean_loss: float, step: int, num_classes: int, steps: int = LOG_EVERY) -> None:
     """Raise :class:`~barter_mini.errors.TrainingDiverged` if the mean training loss of the
-    ``LOG_EVERY`` steps up to ``step`` exceeds :data:`DIVERGED_LOSS_FACTOR` times the loss of
+    ``steps`` steps up to ``step`` exceeds :data:`DIVERGED_LOSS_FACTOR` times the loss of
     a uniform guess, ``ln C`` for ``C`` classes (whatever the label smoothing): a model that
     far worse than chance has diverged, though every number is still finite."""
     limit = DIVERGED_LOSS_FACTOR * math.log(max(num_classes, 2))
     if mean_loss > limit:
-        raise TrainingDiverged(step, f"the training loss averaged {mean_loss:.4g} over steps {step - LOG_EVERY + 1}-{step}, "
+        raise TrainingDiverged(step, f"the training loss averaged {mean_loss:.4g} over steps {step - steps + 1}-{step}, "
                                      f"over {DIVERGED_LOSS_FACTOR} times that of a uniform guess "
                                      f"({limit:.3g} = {DIVERGED_LOSS_FACTOR} x ln {num_classes})")
 
 
+def check_recent_losses(t: Training) -> None:
+    """:func:`check_loss_against_chance` on the mean loss of the last ``LOG_EVERY`` optimizer
+    steps (fewer in a run that has taken fewer): called before anything is written from the
+    run's state, so a step whose loss the periodic check has not yet seen (a run shorter than
+    ``LOG_EVERY`` steps, the end of an epoch between two curve points) never reaches a
+    checkpoint or metrics.json unchecked. The losses were read on the host already (the
+    step's finiteness check), so this costs no device synchronisation."""
+    recent = t.step_losses[-LOG_EVERY:]
+    if recent:
+        check_loss_against_chance(float(np.mean(recent)), t.step, t.config.num_classes, len(recent))
+
+
 def save_epoch(t: Training, out: Path) -> None:
     """``last.pt`` after every epoch, ``best.pt`` when validation Top-1 improved."""
+    check_recent_losses(t)
     improved = t.last_val["acc"] > t.best_acc
     if improved:
         t.best_acc = t.last_val["acc"]
@@ -481,6 +497,25 @@ def finalize(t: Training, out: Path) -> dict:
     return metrics
 
 
+def divergence_record(diverged: TrainingDiverged) -> dict:
+    """What last.pt keeps of a divergence (:attr:`Training.diverged`): enough to raise it again."""
+    return {"step": diverged.step, "what": diverged.what, "hint": diverged.hint}
+
+
+def diverged_again(checkpoint: dict, path: Path) -> TrainingDiverged:
+    """The divergence that stopped the run whose ``last.pt`` (at ``path``) is ``checkpoint``,
+    to raise again on ``--resume``: the same line, the same exit status. A resumed diverged
+    run would otherwise train on from a broken state until its loss happened to fall below
+    the rule and end as if it had finished."""
+    record = checkpoint["diverged"]
+    if not (isinstance(record, dict) and isinstance(record.get("step"), int) and isinstance(record.get("what"), str)
+            and isinstance(record.get("hint", ""), str) and isinstance(checkpoint.get("step"), int)):
+        raise BarterError(f"{path} marks its run as diverged but does not say where (a damaged file): "
+                          "train the run again in another --out")
+    return TrainingDiverged(record["step"], record["what"], checkpoint=path, kept_step=checkpoint["step"],
+                            hint=record.get("hint", ""))
+
+
 def train(run: RunConfig, out: str | Path, resume: bool = False, checkpoint_every: int | None = None) -> dict:
     """Train one run into the folder ``out`` and return its metrics (also in metrics.json).
 
@@ -499,6 +534,8 @@ def train(run: RunConfig, out: str | Path, resume: bool = False, checkpoint_ever
             finished, checkpoint = run_folder.resume_point(out, run)
             if finished is not None:
                 return finished
+            if checkpoint is not None and checkpoint.get("diverged") is not None:
+                raise diverged_again(checkpoint, out / "last.pt")
         else:
             run_folder.refuse_existing_run(out)
         return _train_in(run, out, checkpoint, checkpoint_every)
@@ -510,9 +547,11 @@ def _train_in(run: RunConfig, out: Path, checkpoint: dict | None, checkpoint_eve
 
         def after_each_step(t: Training) -> None:
             if parallel.any_process(bool(received)):       # every process stops at the same step
+                check_recent_losses(t)
                 run_folder.write_checkpoint(out / "last.pt", t.checkpoint())
                 raise TrainingInterrupted(received[0] if received else signal.SIGTERM, t.step, out / "last.pt")
             if checkpoint_every is not None and t.step % checkpoint_every == 0:
+                check_recent_losses(t)
                 run_folder.write_checkpoint(out / "last.pt", t.checkpoint())
 
         try:
@@ -521,10 +560,12 @@ def _train_in(run: RunConfig, out: Path, checkpoint: dict | None, checkpoint_eve
                 save_epoch(t, out)
         except TrainingDiverged as diverged:
             # the model, optimizer and records are those after the last step with finite
-            # values: keep them (the cause can be studied, e.g. the weights' norms), say so
-            run_folder.write_checkpoint(out / "last.pt", t.checkpoint())
+            # values: keep them (the cause can be studied, e.g. the weights' norms), say so,
+            # and mark them diverged so that no resume trains on from them
             diverged.checkpoint, diverged.kept_step = out / "last.pt", t.step
             diverged.hint = (f"the learning rate {t.recipe.lr:g} may be too high: "
                              "try a smaller --lr, in another --out")
+            t.diverged = divergence_record(diverged)
+            run_folder.write_checkpoint(out / "last.pt", t.checkpoint())
             raise
         return finalize(t, out)
