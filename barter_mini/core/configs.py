@@ -95,6 +95,19 @@ MODEL_CONFIGS: dict[str, ModelConfig] = {
         name="cct-mini", family="cct", img_size=28, in_chans=1, num_classes=10,
         depth=4, embed_dim=64, heads_per_layer=10, ffn_per_layer=128,
         conv_layers=2, conv_channels=16, default_dataset="fashion-mnist"),
+    # The map of where reallocation pays (chapter 05) moves from cct-mini toward cct-paper one
+    # axis at a time. Depth: the paper's 7 layers, all else cct-mini's (at rho = 0.1 every
+    # layer still has one head, so heads cannot move; FFN channels can).
+    "cct-mini-deep": ModelConfig(
+        name="cct-mini-deep", family="cct", img_size=28, in_chans=1, num_classes=10,
+        depth=7, embed_dim=64, heads_per_layer=10, ffn_per_layer=128,
+        conv_layers=2, conv_channels=16, default_dataset="fashion-mnist"),
+    # ... and the paper's 16 heads per layer: at rho = 0.1, 11 heads over 7 layers, so some
+    # layers hold two and a head can move, as in cct-paper.
+    "cct-mini-deep-16h": ModelConfig(
+        name="cct-mini-deep-16h", family="cct", img_size=28, in_chans=1, num_classes=10,
+        depth=7, embed_dim=64, heads_per_layer=16, ffn_per_layer=128,
+        conv_layers=2, conv_channels=16, default_dataset="fashion-mnist"),
     "vit-mini": ModelConfig(
         name="vit-mini", family="vit", img_size=28, in_chans=1, num_classes=10,
         depth=4, embed_dim=64, heads_per_layer=10, ffn_per_layer=128,
