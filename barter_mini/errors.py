@@ -14,6 +14,12 @@ import signal
 class BarterError(ValueError):
     """Bad input: the message is one line and says what is allowed."""
 
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows for it (a notebook, a papermill run with a bad parameter): the
+        one line, as the command line prints it, instead of a traceback through the library
+        that buries it; ``ename`` and ``evalue`` of the cell's error are unchanged."""
+        return [f"error: {self}"]
+
 
 class TrainingInterrupted(Exception):
     """SIGTERM or SIGINT stopped a training run after it wrote its ``last.pt`` at the end of

@@ -68,8 +68,16 @@ CACHE_FOLDER_NAME = re.compile(r".+-[0-9a-f]{16}$")
 
 
 def default_cache_dir() -> Path:
-    """``$BARTER_MINI_CACHE`` if set, else ``runs/cache`` beside the package."""
-    return Path(os.environ.get(CACHE_ENV, PACKAGE.parent / "runs" / "cache"))
+    """``$BARTER_MINI_CACHE`` if set, else ``runs/cache`` beside the package. Set but blank is
+    refused: ``Path("")`` is the current folder, so a cache would silently grow wherever the
+    command happens to run."""
+    value = os.environ.get(CACHE_ENV)
+    if value is None:
+        return PACKAGE.parent / "runs" / "cache"
+    if not value.strip():
+        raise BarterError(f"{CACHE_ENV} is set but empty: unset it (the run cache is then runs/cache beside the "
+                          "package) or give it a folder")
+    return Path(value)
 
 
 def check_cache_dir(cache_dir: Path | None = None, writable: bool = True) -> Path:
@@ -77,7 +85,8 @@ def check_cache_dir(cache_dir: Path | None = None, writable: bool = True) -> Pat
     be ``writable``, a folder that can be created; else a one-line error naming where the path
     came from. Creates nothing."""
     cache_dir = Path(cache_dir or default_cache_dir())
-    origin = f" (${CACHE_ENV})" if Path(os.environ.get(CACHE_ENV, "")) == cache_dir else ""
+    env = os.environ.get(CACHE_ENV, "")
+    origin = f" (${CACHE_ENV})" if env.strip() and Path(env) == cache_dir else ""
     try:
         if writable:
             return check_can_create(cache_dir)
@@ -141,14 +150,39 @@ def source_digest() -> str:
     return digest.hexdigest()
 
 
+#: the SHA-256 digests of ``--init`` files hashed in this process, by path, device, inode, size
+#: and modification time: a sweep keys many runs on one checkpoint, often hundreds of MB
+_INIT_DIGESTS: dict[tuple, str] = {}
+
+
+def _file_digest(path: Path) -> str:
+    with open(path, "rb") as f:
+        stat = os.fstat(f.fileno())
+        stamp = (str(path.resolve()), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if stamp not in _INIT_DIGESTS:
+            _INIT_DIGESTS[stamp] = hashlib.file_digest(f, "sha256").hexdigest()
+    return _INIT_DIGESTS[stamp]
+
+
 def _portable_init(init: str | None) -> str | None:
-    """A checkpoint inside a cache folder by that folder's name and the file's, not by its
-    absolute path: the folder's name is its run's key, so fine-tuning runs keep their keys when
-    a cache computed on one machine (a cluster) is read from another path on another."""
+    """What a run's key records of its ``init`` checkpoint: what the file holds, not where it
+    lies, so a checkpoint changed under the same name trains afresh and the keys stay the
+    same on every machine.
+
+    A file is known by its SHA-256 digest. A checkpoint inside a cache folder is known by
+    that folder's name and its own: the name ends with the key of the run that wrote it, which
+    fixes what it holds, and a sweep must key a fine-tuning run before the pretraining run it
+    starts from has written anything. A file that cannot be read keeps its path: such a run is
+    refused before it trains (``RunConfig.validate``), so that key names no cached run."""
     if init is None:
         return None
     path = Path(init)
-    return f"cache:{path.parent.name}/{path.name}" if CACHE_FOLDER_NAME.match(path.parent.name) else init
+    if CACHE_FOLDER_NAME.match(path.parent.name):
+        return f"cache:{path.parent.name}/{path.name}"
+    try:
+        return f"sha256:{_file_digest(path)}"
+    except OSError:
+        return init
 
 
 def run_key(run: RunConfig) -> str:

@@ -143,8 +143,14 @@ class RunConfig:
                 not isinstance(self.classes, (list, tuple)) or len(set(self.classes)) < 2
                 or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in self.classes)):
             raise BarterError(f"classes must be at least two distinct class indices >= 0, got {self.classes!r}")
-        if self.data_root is not None and Path(self.data_root).exists() and not Path(self.data_root).is_dir():
-            raise BarterError(f"data root {self.data_root} is a file: give the folder that holds the datasets")
+        if self.data_root is not None:
+            try:
+                not_a_folder = Path(self.data_root).exists() and not Path(self.data_root).is_dir()
+            except OSError as error:     # a parent folder we may not enter, a name too long
+                raise BarterError(f"cannot use {self.data_root} as the data root: "
+                                  f"{error.strerror or type(error).__name__}") from None
+            if not_a_folder:
+                raise BarterError(f"data root {self.data_root} is a file: give the folder that holds the datasets")
         if self.pflops is not None:
             check_in_range("pflops", self.pflops, 0.0, math.inf, low_open=True)
             if self.epochs is not None:

@@ -15,6 +15,11 @@ image size, channels and classes follow the dataset, as for every model.
 Layer variants the surgery cannot resize are refused: attention with ``scale_norm`` (a
 LayerNorm over all heads) or a gate, and gated or normalised MLPs (``GluMlp``, ``SwiGLU``,
 ``Mlp`` with a hidden ``norm``).
+
+A model name comes from the command line, a sweep grid or a notebook parameter, so its size
+is bounded before anything is built: the name's length and its number of options, each
+number in an option, the depth (each layer is Python objects, built one by one), and the
+model's parameters, counted on PyTorch's ``meta`` device, which allocates nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import ast
 from functools import lru_cache
 
 import timm
+import torch
 from timm.layers import Attention, Mlp
 from torch import nn
 
@@ -91,32 +97,112 @@ def describe_timm_vit(model: nn.Module, name: str | None = None, kwargs: dict | 
 
 #: the prefix of a model name that names a stock timm architecture
 TIMM_PREFIX = "timm:"
+#: the longest ``timm:ARCH:key=value,...`` accepted (the longest useful one is a few hundred)
+MAX_SPEC_CHARS = 1000
+#: the most ``key=value`` options one name may carry
+MAX_OPTIONS = 32
+#: the largest magnitude of a number in an option (sizes, counts, ratios: a compact ViT's are
+#: far smaller; timm sizes tensors and loops by them unchecked)
+MAX_OPTION_NUMBER = 65_536
+#: the deepest model accepted (timm's deepest ViTs have 48 layers)
+MAX_DEPTH = 256
+#: the most parameters and buffer elements a model may hold (2 billion: timm's largest ViT,
+#: vit_gigantic, holds 1.8 billion; 8 GB in fp32 before any gradient or optimizer state)
+MAX_PARAMETERS = 2_000_000_000
+
+
+def _option_value(text: str):
+    """An option's value: a Python literal, else the text itself."""
+    try:
+        return ast.literal_eval(text)
+    # RecursionError, MemoryError: the parser's limits on nesting ("((((..."), reached by
+    # the bounded text of one option, not by a lack of memory
+    except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
+        return text
+
+
+def _numbers_in(value):
+    """The numbers in an option's value, nested lists, tuples, sets and dicts included."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, (int, float, complex)):
+        yield value
+    elif isinstance(value, dict):
+        for item in (*value.keys(), *value.values()):
+            yield from _numbers_in(item)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for item in value:
+            yield from _numbers_in(item)
+
+
+def _parse_options(name: str, given: str) -> dict:
+    """The keyword arguments of ``key=value,...``, each bounded (:data:`MAX_OPTIONS`,
+    :data:`MAX_OPTION_NUMBER`, :data:`MAX_DEPTH`) before timm sees any of them."""
+    items = [item for item in given.split(",") if item]
+    if len(items) > MAX_OPTIONS:
+        raise BarterError(f"timm:{name} has {len(items)} options: at most {MAX_OPTIONS} are accepted")
+    kwargs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise BarterError(f"timm model option {item!r}: write key=value, e.g. timm:{name}:patch_size=4")
+        kwargs[key] = _option_value(value)
+        for number in _numbers_in(kwargs[key]):
+            if not abs(number) <= MAX_OPTION_NUMBER:          # nan too
+                raise BarterError(f"timm model option {key}={value}: numbers in an option must lie between "
+                                  f"-{MAX_OPTION_NUMBER:,} and {MAX_OPTION_NUMBER:,}")
+    depth = kwargs.get("depth")
+    if isinstance(depth, int) and not isinstance(depth, bool) and depth > MAX_DEPTH:
+        raise BarterError(f"timm model option depth={depth}: at most {MAX_DEPTH} layers are accepted")
+    return kwargs
+
+
+def _creation_failed(name: str, kwargs: dict, error: Exception) -> BarterError:
+    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return BarterError(f"timm.create_model({name!r}, **{kwargs}) failed: {message}")
+
+
+#: what timm raises for options it cannot build; ArithmeticError: it divides by options such
+#: as patch_size=0 or num_heads=0 unchecked
+CREATION_ERRORS = (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError)
+
+
+def _create_checked(name: str, kwargs: dict) -> nn.Module:
+    """``timm.create_model(name, **kwargs)``, untrained, once it is known to fit
+    :data:`MAX_PARAMETERS`: it is built on the ``meta`` device first, which allocates no memory."""
+    try:
+        with torch.device("meta"):
+            probe = timm.create_model(name, pretrained=False, **kwargs)
+    except CREATION_ERRORS as error:
+        raise _creation_failed(name, kwargs, error) from None
+    size = sum(t.numel() for t in (*probe.parameters(), *probe.buffers()))
+    if size > MAX_PARAMETERS:
+        raise BarterError(f"timm.create_model({name!r}, **{kwargs}) would hold {size:,} parameters: at most "
+                          f"{MAX_PARAMETERS:,} are accepted")
+    try:
+        return timm.create_model(name, pretrained=False, **kwargs)
+    except CREATION_ERRORS as error:
+        raise _creation_failed(name, kwargs, error) from None
+
+
+def timm_model_config(spec: str) -> ModelConfig:
+    """The configuration named ``timm:ARCH[:key=value,...]`` (values are Python literals,
+    else strings), described from an untrained ``timm.create_model(ARCH, **kwargs)``. The
+    name and the model are bounded (:data:`MAX_SPEC_CHARS` ... :data:`MAX_PARAMETERS`)."""
+    if len(spec) > MAX_SPEC_CHARS:     # before the cache, which would keep it
+        raise BarterError(f"the model name {spec[:40]}... is {len(spec):,} characters long: a timm:ARCH:key=value,... "
+                          f"name is at most {MAX_SPEC_CHARS:,}")
+    return _timm_model_config(spec)
 
 
 @lru_cache(maxsize=32)
-def timm_model_config(spec: str) -> ModelConfig:
-    """The configuration named ``timm:ARCH[:key=value,...]`` (values are Python literals,
-    else strings), described from an untrained ``timm.create_model(ARCH, **kwargs)``."""
+def _timm_model_config(spec: str) -> ModelConfig:
     name, _, given = spec.removeprefix(TIMM_PREFIX).partition(":")
     if not timm.is_model(name):
         raise BarterError(f"unknown timm model {name!r}: give timm:ARCH with ARCH from timm.list_models('vit_*') "
                           "or another ViT whose blocks hold timm Attention and Mlp")
-    kwargs = {}
-    for item in filter(None, given.split(",")):
-        key, sep, value = item.partition("=")
-        if not sep or not key.isidentifier():
-            raise BarterError(f"timm model option {item!r}: write key=value, e.g. timm:{name}:patch_size=4")
-        try:
-            kwargs[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            kwargs[key] = value
-    try:
-        model = timm.create_model(name, pretrained=False, **kwargs)
-    # ArithmeticError: timm divides by options such as patch_size=0 or num_heads=0 unchecked
-    except (TypeError, ValueError, AssertionError, RuntimeError, ArithmeticError) as error:
-        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise BarterError(f"timm.create_model({name!r}, **{kwargs}) failed: {message}") from None
-    return describe_timm_vit(model, name, kwargs)
+    kwargs = _parse_options(name, given)
+    return describe_timm_vit(_create_checked(name, kwargs), name, kwargs)
 
 
 def create_timm_vit(config: ModelConfig, drop_path: float = 0.0) -> nn.Module:

