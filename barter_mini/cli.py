@@ -244,7 +244,14 @@ def _output_file(text: str) -> str:
 
 
 def _data_root(text: str) -> str:
-    if Path(text).exists() and not Path(text).is_dir():
+    """A data root that is a folder or may become one; whether it can be written is only
+    asked where a dataset must be fetched into it (a read-only root that holds the data serves)."""
+    try:
+        not_a_folder = Path(text).exists() and not Path(text).is_dir()
+    except OSError as error:            # a parent folder we may not enter, a name too long
+        raise argparse.ArgumentTypeError(f"cannot use {text} as the data root: "
+                                         f"{error.strerror or type(error).__name__}") from None
+    if not_a_folder:
         raise argparse.ArgumentTypeError(f"{text} is a file: give the folder that holds the datasets")
     return text
 
@@ -264,7 +271,7 @@ def _classes(text: str) -> tuple[int, ...]:
 
 
 #: the run settings a sweep's grid takes as flags, beside its methods, densities and seeds
-GRID_SETTINGS = ("model", "dataset", "recipe", "epochs", "train_subset", "data_root", "download", "device",
+GRID_SETTINGS = ("model", "dataset", "recipe", "epochs", "train_subset", "start", "data_root", "download", "device",
                  "precision")
 
 
