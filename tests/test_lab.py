@@ -80,7 +80,7 @@ def test_make_lab_serves_the_notebooks_on_the_venv_kernel(lab):
     url, token = lab
     listing = get(url + "api/contents/", token)
     served = sorted(item["name"] for item in listing["content"] if item["type"] == "notebook")
-    assert len(NOTEBOOKS) == 8 and served == NOTEBOOKS, f"JupyterLab's root lists {served}, not {NOTEBOOKS}"
+    assert len(NOTEBOOKS) == 9 and served == NOTEBOOKS, f"JupyterLab's root lists {served}, not {NOTEBOOKS}"
 
     specs = get(url + "api/kernelspecs", token)["kernelspecs"]
     assert "python3" in specs, f"no python3 kernel among {sorted(specs)}"

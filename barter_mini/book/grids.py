@@ -105,8 +105,9 @@ def _transfer_counts(profile: str, p: dict):
 #: notebook file name prefix -> its runs, as lists of listing functions per stage
 CHAPTERS = {"01": _walkthrough, "02": _from_scratch, "03": _ablations, "05": _reallocation,
             "06": _finetuning, "07": _optimizer_state, "08": _transfer_counts}
-#: the notebooks that train nothing through the run cache (measurements only)
-MEASURING_CHAPTERS = ("04",)
+#: the notebooks that train nothing through the run cache: measurements only (04), or a few
+#: steps of their own in the page (00, BARTER from scratch)
+MEASURING_CHAPTERS = ("00", "04")
 
 
 def book_stages(profile: str, chapters=None, repo: Path = REPO) -> list[Stage]:
