@@ -14,6 +14,17 @@ downloaded file's ``__reduce__``) is refused before anything is called, in one l
 names the file. A file that loads but lacks what its use needs (:data:`MODEL_KEYS`,
 :data:`RUN_KEYS`, :data:`RESUME_KEYS`) is one line too.
 
+Every bad file is one line that names it, never a traceback or a hang: a damaged or foreign
+file (whatever error its unpickling or decoding ends in, :data:`DAMAGED_FILE_ERRORS`); a
+zip that would inflate far beyond its own size (:func:`check_inflation`), refused before
+anything is inflated; a safetensors header whose length field exceeds the file
+(:func:`check_safetensors_header`); weights of other names, shapes or dtypes than the model's
+(:func:`check_weights`, the first tensor that differs); settings or a resume state of other
+types or ranges than a run writes (:func:`check_model_entries`, :func:`check_resume_state`).
+A model is built for real only once the file's tensors, whose bytes it holds, are known to
+fill it exactly (:func:`model_shapes` builds it on the meta device first), so no setting in a
+file makes a load allocate more than the file holds.
+
 Results are written through a temporary file beside the target, renamed into place
 (:func:`write_json`, :func:`save_checkpoint`), with the permissions the user's umask gives a
 new file: a shared cache stays readable by the group where the umask says so.
@@ -21,6 +32,7 @@ new file: a shared cache stays readable by the group where the umask says so.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -35,10 +47,10 @@ from typing import Any, Callable
 
 import torch
 
-from ..core.budgets import Allocation
-from ..core.configs import ModelConfig
 from ..core.models import CompactTransformer, build_model
 from ..errors import BarterError
+from .checkpoint_contents import (BUILD_ERRORS, ENTRY_CHECKS, check_entry, check_model_entries, check_weights,
+                                  model_shapes)
 
 #: the layout of every checkpoint this version writes and reads (``best.pt``, ``last.pt``);
 #: 3: only plain types (NumPy's generator states as lists), read with ``weights_only=True``
@@ -51,6 +63,27 @@ RUN_KEYS = MODEL_KEYS + ("run", "controller", "epoch", "val")
 RESUME_KEYS = RUN_KEYS + ("recipe", "optimizer", "step", "resume")
 #: a temporary file of an atomic write of the result ``name``: ``.NAME.`` and mkstemp's suffix
 TEMPORARY_PREFIX = ".{name}."
+
+#: a zip (torch.save's format) may inflate to at most this many times its own size, plus
+#: :data:`INFLATE_ALLOWANCE` (:func:`check_inflation`): torch.save stores every member
+#: uncompressed (a ratio below 1); a checkpoint re-compressed by a zip tool inflates to a few
+#: times its size (floats compress poorly; a masked model's zeros reach about 10), while
+#: deflate reaches about 1000 on a run of zeros: a 1.35 MB file that claims 1.9 GB
+MAX_INFLATE_RATIO = 32
+#: ... plus this many bytes, which a small file's headers and short members may take
+INFLATE_ALLOWANCE = 1 << 20
+#: the first bytes of a zip, by which torch.load tells its zip format from a bare pickle
+ZIP_MAGIC = b"PK\x03\x04"
+#: a safetensors file: this 8-byte little-endian length of its JSON header, the header, the tensors
+SAFETENSORS_LENGTH = struct.Struct("<Q")
+#: what unpickling or decoding a damaged file ends in: torch's restricted unpickler is Python
+#: code that meets a stream ending anywhere with a bare KeyError (a memo never stored),
+#: IndexError (a pop from an empty stack), TypeError (a dict as a dict key), AttributeError or
+#: AssertionError; decoding a size, a string or a zip can end in a ValueError (UnicodeDecodeError),
+#: OverflowError, MemoryError, struct.error or an OSError. Caught only around a read of a file.
+DAMAGED_FILE_ERRORS = (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError,
+                       struct.error, LookupError, TypeError, AttributeError, ArithmeticError, MemoryError,
+                       AssertionError)
 
 
 def ensure_folder(folder: Path) -> Path:
@@ -166,23 +199,90 @@ def save_checkpoint(path: Path, checkpoint: dict) -> Path:
 UNSAFE_PICKLE = re.compile(r"GLOBAL|Unsupported class|call reduce|Can only (build|create)")
 
 
-class UnsafeFileError(BarterError):
+class RefusedFileError(BarterError):
+    """A file refused for what reading it would do, not for being damaged: no other reader
+    (timm's, for ``--init``) may try it either."""
+
+
+class UnsafeFileError(RefusedFileError):
     """A file that names a class or function the restricted unpickler does not build: loading
     it the ordinary way could run code (:func:`load_plain`)."""
+
+
+class InflatingFileError(RefusedFileError):
+    """A zip whose members would inflate far beyond the file's size (:func:`check_inflation`)."""
+
+
+def check_inflation(path: Path) -> None:
+    """Refuse a zip (what torch.load reads as one: a file that starts with :data:`ZIP_MAGIC`)
+    whose members would inflate to more than ``MAX_INFLATE_RATIO * size + INFLATE_ALLOWANCE``
+    bytes, read off its central directory before anything is inflated: torch.load allocates
+    every member it reads at the size the directory gives, so a few kilobytes of deflated
+    zeros would take gigabytes of memory before any key could be checked. Any other file is a
+    bare pickle or torch's legacy format, whose tensors' bytes are the file's own."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            if f.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
+                return
+        with zipfile.ZipFile(path) as archive:
+            inflated = sum(info.file_size for info in archive.infolist())
+    except DAMAGED_FILE_ERRORS as error:
+        raise BarterError(f"{path} is not a readable checkpoint ({type(error).__name__} reading it as a zip): "
+                          "it may be truncated; retrain or pass another file") from None
+    size = path.stat().st_size
+    if inflated > MAX_INFLATE_RATIO * size + INFLATE_ALLOWANCE:
+        raise InflatingFileError(f"{path} would inflate to {inflated:,} bytes from its {size:,}: a checkpoint may "
+                                 f"hold at most {MAX_INFLATE_RATIO} times its size (torch.save stores it "
+                                 "uncompressed), so it was not read; pass a file torch.save or timm wrote")
+
+
+def check_safetensors_header(path: Path) -> None:
+    """Refuse a file named ``.safetensors`` whose first 8 bytes (:data:`SAFETENSORS_LENGTH`)
+    give a JSON header longer than the rest of the file, before safetensors reads the header
+    into memory whole: a length field that lies (a pickle renamed ``.safetensors`` reads as
+    about 2**60) would be an allocation of that size, or safetensors' own error."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(SAFETENSORS_LENGTH.size)
+    except OSError as error:
+        raise BarterError(f"{path} cannot be read ({error.strerror or type(error).__name__})") from None
+    if len(head) < SAFETENSORS_LENGTH.size:
+        raise BarterError(f"{path} is not a safetensors file: it has {size:,} bytes, fewer than the "
+                          f"{SAFETENSORS_LENGTH.size} of its header's length; pass a file safetensors wrote")
+    (length,) = SAFETENSORS_LENGTH.unpack(head)
+    if length > size - SAFETENSORS_LENGTH.size:
+        raise BarterError(f"{path} is not a safetensors file: its first {SAFETENSORS_LENGTH.size} bytes give a header "
+                          f"of {length:,} bytes, and the file has {size:,}; pass a file safetensors wrote "
+                          "(a torch.save file is named .pt or .pth)")
+
+
+@contextlib.contextmanager
+def quiet_loading():
+    """No warnings while a file is read: a bare pickle's protocol, and the deprecations of
+    torch internals a damaged stream reaches (TypedStorage, a plain ``__torch_function__``),
+    would be lines of their own around the one line that says whether the file loaded."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def load_plain(path: Path, map_location: str | torch.device = "cpu", mmap: bool = False) -> Any:
     """What ``torch.load`` reads from ``path`` with the restricted unpickler
     (``weights_only=True``): tensors, numbers, strings and plain containers only. A file that
-    names anything else (code that would run), or that is truncated or no checkpoint at all,
-    is a one-line :class:`~barter_mini.errors.BarterError` naming it (:class:`UnsafeFileError` for the
-    first). ``mmap``: map the tensors' storage instead of reading it (a probe of a large file)."""
+    names anything else (code that would run), that would inflate far beyond its size
+    (:func:`check_inflation`), or that is truncated, damaged or no checkpoint at all, is a
+    one-line :class:`~barter_mini.errors.BarterError` naming it (:class:`UnsafeFileError` and
+    :class:`InflatingFileError` for the first two). ``mmap``: map the tensors' storage instead
+    of reading it (a probe of a large file)."""
     path = Path(path)
     if not path.is_file():
         raise BarterError(f"no checkpoint at {path}: pass a best.pt or last.pt written by barter-mini train")
+    check_inflation(path)
     try:
-        with warnings.catch_warnings():     # a bare pickle's protocol warning: the refusal says enough
-            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+        with quiet_loading():
             return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as error:
         if not UNSAFE_PICKLE.search(str(error)):       # a damaged pickle stream, not a refusal
@@ -195,9 +295,9 @@ def load_plain(path: Path, map_location: str | torch.device = "cpu", mmap: bool 
                           f"{f' (it names {named.group(1)})' if named else ''}: it was not loaded, because "
                           "unpickling such a file can run any code; use a file barter-mini or timm wrote, "
                           "from a source you trust (a barter-mini checkpoint of format 2 or older: retrain it)") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, struct.error) as error:
-        raise BarterError(f"{path} is not a readable checkpoint ({type(error).__name__}): "
-                          "it may be truncated; retrain or pass another file") from None
+    except DAMAGED_FILE_ERRORS as error:
+        raise BarterError(f"{path} is not a readable checkpoint ({type(error).__name__}): it may be truncated or "
+                          "damaged, and nothing in it was run; retrain or pass another file") from None
 
 
 def check_keys(checkpoint: dict, path: Path, keys: tuple[str, ...], use: str) -> dict:
@@ -222,26 +322,34 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu", keys: 
 def check_checkpoint(checkpoint: Any, path: Path, keys: tuple[str, ...] = MODEL_KEYS,
                      use: str = "rebuilding its model") -> dict:
     """``checkpoint`` (what :func:`load_plain` read from ``path``) if it is a checkpoint of
-    :data:`CHECKPOINT_FORMAT` that holds ``keys``, else a one-line error."""
+    :data:`CHECKPOINT_FORMAT` that holds ``keys`` and those of :data:`ENTRY_CHECKS` among them
+    are of their kind, else a one-line error."""
     if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
         found = checkpoint.get("format") if isinstance(checkpoint, dict) else type(checkpoint).__name__
         raise BarterError(f"{path} is not a barter-mini checkpoint of format {CHECKPOINT_FORMAT} "
                           f"(found {found!r}): retrain the run with this version")
-    return check_keys(checkpoint, path, keys, use)
+    check_keys(checkpoint, path, keys, use)
+    for key in keys:
+        if key in ENTRY_CHECKS:
+            check_entry(path, key, checkpoint[key], *ENTRY_CHECKS[key])
+    return checkpoint
 
 
 def model_from_checkpoint(checkpoint: dict, device: torch.device | str = "cpu",
                           path: Path | str = "the checkpoint") -> CompactTransformer:
     """Rebuild the compact model a checkpoint was saved from (its per-layer allocation); a
-    one-line error naming ``path`` if its configuration, allocation and weights do not fit."""
+    one-line error naming ``path`` if its configuration, allocation and weights do not fit
+    (:func:`check_model_entries`, then :func:`check_weights` against the model built on the
+    meta device: the real one is built only for weights that fill it exactly)."""
+    config, allocation = check_model_entries(checkpoint, path)
+    shapes = model_shapes(config, allocation, path, len(checkpoint["model"])).state_dict()
+    check_weights(shapes, checkpoint["model"], path)
     try:
-        config = ModelConfig.from_dict(checkpoint["model_config"])
-        allocation = Allocation(**{k: tuple(v) for k, v in checkpoint["allocation"].items()})
         model = build_model(config, allocation=allocation)
         model.load_state_dict(checkpoint["model"])
     except BarterError as error:
         raise BarterError(f"{path}: {error}") from None
-    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as error:
+    except BUILD_ERRORS as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise BarterError(f"{path} does not describe a model this version can build ({type(error).__name__}"
                           f"{': ' + first[:160] if first else ''}): retrain the run with this version") from None

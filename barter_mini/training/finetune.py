@@ -24,15 +24,22 @@ another class count), the classifier is re-initialised (``model.head``, as in ti
 ``reset_classifier``) and the run says so. A timm file does not record its labels: its
 classifier is kept when its class count equals the run's (timm's own rule for pretrained
 weights).
+
+A file that cannot start the run is one line naming it, before any weight is loaded: a
+damaged, foreign or unsafe file, a zip that would inflate far beyond its size or a
+safetensors header longer than the file (:mod:`~barter_mini.training.checkpoints`), and
+weights whose names, shapes or dtypes are not the model's (the first tensor that differs,
+:func:`~barter_mini.training.checkpoints.check_weights`, where PyTorch's message is a line
+per tensor).
 """
 
 from __future__ import annotations
 
-import pickle
 import sys
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from timm.models import load_state_dict as load_timm_state_dict
 from timm.models._manipulate import adapt_input_conv
 from torch import nn
@@ -43,13 +50,17 @@ from ..core.configs import ModelConfig
 from ..core.dense_start import CALIBRATION_BATCHES, cut_to_density
 from ..core.models import build_model
 from ..errors import BarterError
-from .checkpoints import MODEL_KEYS, UnsafeFileError, check_checkpoint, load_checkpoint, load_plain
+from .checkpoint_contents import BUILD_ERRORS, check_model_entries, check_weights
+from .checkpoints import (DAMAGED_FILE_ERRORS, MODEL_KEYS, RefusedFileError, check_checkpoint, check_inflation,
+                          check_safetensors_header, load_checkpoint, load_plain, quiet_loading)
 from .data import DataSplits
 
 #: the model's classifier, re-initialised when the class count changes (timm's name too)
 CLASSIFIER = "head"
 #: what a checkpoint is read for here (its error messages)
 FINE_TUNING = "fine-tuning from it (--init)"
+#: the name timm's loader reads as safetensors (anything else with torch.load)
+SAFETENSORS_SUFFIX = ".safetensors"
 
 
 def load_dense_weights(path: str | Path, config: ModelConfig, dataset: str | None = None,
@@ -59,13 +70,10 @@ def load_dense_weights(path: str | Path, config: ModelConfig, dataset: str | Non
     labels); ``state`` is the checkpoint when it was already read from ``path``. A checkpoint
     of another architecture, input size or a compact one gets a one-line error."""
     state = state if state is not None else load_checkpoint(Path(path), keys=MODEL_KEYS, use=FINE_TUNING)
-    try:
-        saved = ModelConfig.from_dict(state["model_config"])
-    except (TypeError, ValueError, AttributeError) as error:
-        raise BarterError(f"{path} holds a model configuration this version cannot read ({type(error).__name__}): "
-                          "give a dense run's best.pt or last.pt written by this version") from None
-    if Allocation(**{k: tuple(v) for k, v in state["allocation"].items()}) != full_allocation(saved):
-        raise BarterError(f"{path} holds a compact model ({state.get('run', {}).get('method', 'not dense')}): "
+    saved, allocation = check_model_entries(state, Path(path))
+    if allocation != full_allocation(saved):
+        method = state["run"].get("method") if isinstance(state.get("run"), dict) else None
+        raise BarterError(f"{path} holds a compact model ({method if isinstance(method, str) else 'not dense'}): "
                           "fine-tuning starts from a dense (full-width) checkpoint, e.g. a --method dense run")
     ours = {k: v for k, v in vars(config).items() if k not in ("name", "num_classes", "default_dataset")}
     theirs = {k: v for k, v in vars(saved).items() if k not in ("name", "num_classes", "default_dataset")}
@@ -74,9 +82,13 @@ def load_dense_weights(path: str | Path, config: ModelConfig, dataset: str | Non
         raise BarterError(f"{path} holds a {saved.name} model that differs from {config.name} on this dataset in "
                           f"{', '.join(differ)}: fine-tune it with the same --model and image size")
     weights = state["model"]
-    labels = state.get("run", {})
+    labels = state["run"] if isinstance(state.get("run"), dict) else {}
+    saved_classes = labels.get("classes")
+    if not (saved_classes is None or isinstance(saved_classes, (list, tuple))):
+        raise BarterError(f"{path}: run.classes must be None or a list of class numbers, got {saved_classes!r}: "
+                          "the file is damaged or not barter-mini's")
     same_labels = dataset is None or "dataset" not in labels or (
-        labels["dataset"] == dataset and _classes(labels.get("classes")) == _classes(classes))
+        labels["dataset"] == dataset and _classes(saved_classes) == _classes(classes))
     reinitialised = saved.num_classes != config.num_classes or not same_labels
     if reinitialised:
         weights = {k: v for k, v in weights.items() if not k.startswith(CLASSIFIER + ".")}
@@ -85,12 +97,15 @@ def load_dense_weights(path: str | Path, config: ModelConfig, dataset: str | Non
 
 def package_checkpoint_or_none(path: str | Path) -> dict | None:
     """The checkpoint at ``path`` if this package wrote it, else None (it may be a timm file).
-    Both are read by restricted unpicklers: a file that would run code is refused here."""
+    Both are read by restricted unpicklers: a file that would run code, or a zip that would
+    inflate far beyond its size, is refused here. A ``.safetensors`` file is timm's."""
+    if str(path).endswith(SAFETENSORS_SUFFIX):
+        return None
     try:
         contents = load_plain(Path(path), mmap=True)     # the tensors are read only if they are used
-    except UnsafeFileError:
+    except RefusedFileError:
         raise
-    except BarterError:                 # not a torch.save file (safetensors): timm's loader reads it
+    except BarterError:                 # not a torch.save zip (the legacy format): timm's loader reads it
         return None
     if isinstance(contents, dict) and "format" in contents:
         return check_checkpoint(contents, Path(path), keys=MODEL_KEYS, use=FINE_TUNING)
@@ -105,23 +120,44 @@ def classifier_names(model: nn.Module) -> tuple[str, ...]:
 
 def load_timm_weights(path: str | Path, model: nn.Module) -> tuple[dict, bool]:
     """The weights of a timm checkpoint file fitted to the full-width timm ``model`` (module
-    docstring), and whether its classifier was left out."""
+    docstring), and whether its classifier was left out. The file's sizes are checked before
+    timm reads it (:func:`~barter_mini.training.checkpoints.check_safetensors_header`,
+    :func:`~barter_mini.training.checkpoints.check_inflation`); whatever reading or fitting
+    a damaged file ends in is one line naming it."""
+    path = Path(path)
+    if str(path).endswith(SAFETENSORS_SUFFIX):
+        check_safetensors_header(path)
+        kind = "safetensors file"
+    else:
+        check_inflation(path)
+        kind = "timm checkpoint file"
     try:
         # weights_only: timm's default since 1.0.16, not in the 1.0.15 this package allows
-        state = load_timm_state_dict(str(path), weights_only=True)
-    except pickle.UnpicklingError:
-        load_plain(Path(path))          # the one-line refusal of a file that would run code
-        raise
-    except (RuntimeError, EOFError, ValueError, KeyError, OSError) as error:
-        raise BarterError(f"{path} is neither a barter-mini checkpoint nor a readable timm checkpoint file "
+        with quiet_loading():
+            state = load_timm_state_dict(str(path), weights_only=True)
+    except (*DAMAGED_FILE_ERRORS, SafetensorError) as error:
+        if kind == "safetensors file":  # safetensors' messages are one line and say what is wrong
+            first = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
+            raise BarterError(f"{path} is not a readable safetensors file ({type(error).__name__}"
+                              f"{': ' + first if first else ''}): give a file safetensors wrote") from None
+        load_plain(path)                # the one-line refusal of a file that would run code, or a damaged one
+        raise BarterError(f"{path} is neither a barter-mini checkpoint nor a readable {kind} "
                           f"({type(error).__name__}): give a state dict saved by torch.save or safetensors") from None
-    patch = state.get("patch_embed.proj.weight")
-    in_chans = model.patch_embed.proj.in_channels
-    if patch is not None and patch.dim() == 4 and patch.shape[1] != in_chans:
-        state["patch_embed.proj.weight"] = adapt_input_conv(in_chans, patch)
-    fit = getattr(sys.modules[type(model).__module__], "checkpoint_filter_fn", None)
-    if fit is not None:
-        state = fit(state, model)
+    if not isinstance(state, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items()):
+        raise BarterError(f"{path} is no state dict (named tensors): give a state dict saved by torch.save or "
+                          "safetensors")
+    try:
+        patch = state.get("patch_embed.proj.weight")
+        in_chans = model.patch_embed.proj.in_channels
+        if patch is not None and patch.dim() == 4 and patch.shape[1] != in_chans:
+            state["patch_embed.proj.weight"] = adapt_input_conv(in_chans, patch)
+        fit = getattr(sys.modules[type(model).__module__], "checkpoint_filter_fn", None)
+        if fit is not None:
+            state = fit(state, model)
+    except BUILD_ERRORS as error:       # timm's resampling of embeddings of other dimensions than a ViT's
+        first = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
+        raise BarterError(f"{path} does not fit {type(model).__name__}: timm cannot fit its embeddings "
+                          f"({type(error).__name__}{': ' + first if first else ''})") from None
     ours = model.state_dict()
     heads = tuple(name + "." for name in classifier_names(model))
     classifier = [k for k in state if k.startswith(heads)]
@@ -152,10 +188,9 @@ def dense_start(path: str | Path, config: ModelConfig, dataset: str, classes, de
         weights, reinitialised = load_timm_weights(path, model)
     else:
         weights, reinitialised = load_dense_weights(path, config, dataset, classes, state)
-    missing, unexpected = model.load_state_dict(weights, strict=False)
     heads = tuple(name + "." for name in classifier_names(model))
-    if unexpected or any(not k.startswith(heads) for k in missing):
-        raise BarterError(f"{path} does not fit {config.name}: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    check_weights(model.state_dict(), weights, Path(path), optional=heads)   # a left-out classifier stays fresh
+    model.load_state_dict(weights, strict=False)
     model = model.to(device)
     if compact:
         batches = calibration_loader(splits, batch_size, seed)

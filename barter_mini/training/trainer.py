@@ -305,7 +305,8 @@ def build_training(run: RunConfig, checkpoint: dict | None = None) -> Training:
             resume_training(t, checkpoint)
         except BarterError:
             raise
-        except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as error:
+        except (KeyError, TypeError, ValueError, IndexError, RuntimeError, AttributeError, ArithmeticError) as error:
+            # the method's own state is its controller's to read: what it meets in a damaged one
             raise BarterError(f"the last.pt to resume from does not fit this run ({type(error).__name__}: "
                               f"{str(error).splitlines()[0][:160] if str(error) else ''}): "
                               "train it again into a new --out") from None
