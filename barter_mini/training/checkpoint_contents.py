@@ -87,7 +87,7 @@ def check_entry(path: Path, name: str, value, check: Callable[[Any], bool], allo
                           "barter-mini's; retrain the run (into a new --out)")
 
 
-#: what a checkpoint's entries hold (checked by :func:`check_checkpoint` where they are needed)
+#: what a checkpoint's entries hold (checked by :func:`~barter_mini.training.checkpoints.check_checkpoint` where they are needed)
 ENTRY_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "run": (_is_dict, "a dict of the run's settings"),
     "recipe": (_is_dict, "a dict of the recipe's settings"),
@@ -153,7 +153,7 @@ def _plain(value) -> bool:
 
 
 def check_model_entries(checkpoint: dict, path: Path) -> tuple[ModelConfig, Allocation]:
-    """The model configuration and per-layer allocation of ``checkpoint`` (:data:`MODEL_KEYS`),
+    """The model configuration and per-layer allocation of ``checkpoint`` (:data:`~barter_mini.training.checkpoints.MODEL_KEYS`),
     or a one-line error naming ``path``: every setting of its type and range, the allocation
     within the configuration's bounds (:func:`~barter_mini.core.budgets.check_allocation`),
     the weights a dict of named tensors whose layers (``blocks.N.``) are exactly the
@@ -308,7 +308,7 @@ OPTIMIZER_FLAGS = ("amsgrad", "maximize", "foreach", "capturable", "differentiab
 
 
 def check_resume_state(checkpoint: dict, path: Path) -> dict:
-    """``checkpoint`` (a ``last.pt`` read with :data:`RESUME_KEYS`) if the trainer can continue
+    """``checkpoint`` (a ``last.pt`` read with :data:`~barter_mini.training.checkpoints.RESUME_KEYS`) if the trainer can continue
     from it, else a one-line error naming ``path`` and the first entry that is wrong, what
     it must be and what it is: the model (:func:`check_model_entries`, :func:`check_weights`
     against the model built on the meta device), the optimizer's groups and moments (one

@@ -19,10 +19,10 @@ file (whatever error its unpickling or decoding ends in, :data:`DAMAGED_FILE_ERR
 zip that would inflate far beyond its own size (:func:`check_inflation`), refused before
 anything is inflated; a safetensors header whose length field exceeds the file
 (:func:`check_safetensors_header`); weights of other names, shapes or dtypes than the model's
-(:func:`check_weights`, the first tensor that differs); settings or a resume state of other
-types or ranges than a run writes (:func:`check_model_entries`, :func:`check_resume_state`).
+(:func:`~barter_mini.training.checkpoint_contents.check_weights`, the first tensor that differs); settings or a resume state of other
+types or ranges than a run writes (:func:`~barter_mini.training.checkpoint_contents.check_model_entries`, :func:`~barter_mini.training.checkpoint_contents.check_resume_state`).
 A model is built for real only once the file's tensors, whose bytes it holds, are known to
-fill it exactly (:func:`model_shapes` builds it on the meta device first), so no setting in a
+fill it exactly (:func:`~barter_mini.training.checkpoint_contents.model_shapes` builds it on the meta device first), so no setting in a
 file makes a load allocate more than the file holds.
 
 Results are written through a temporary file beside the target, renamed into place
@@ -322,7 +322,7 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu", keys: 
 def check_checkpoint(checkpoint: Any, path: Path, keys: tuple[str, ...] = MODEL_KEYS,
                      use: str = "rebuilding its model") -> dict:
     """``checkpoint`` (what :func:`load_plain` read from ``path``) if it is a checkpoint of
-    :data:`CHECKPOINT_FORMAT` that holds ``keys`` and those of :data:`ENTRY_CHECKS` among them
+    :data:`CHECKPOINT_FORMAT` that holds ``keys`` and those of :data:`~barter_mini.training.checkpoint_contents.ENTRY_CHECKS` among them
     are of their kind, else a one-line error."""
     if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
         found = checkpoint.get("format") if isinstance(checkpoint, dict) else type(checkpoint).__name__
@@ -339,7 +339,7 @@ def model_from_checkpoint(checkpoint: dict, device: torch.device | str = "cpu",
                           path: Path | str = "the checkpoint") -> CompactTransformer:
     """Rebuild the compact model a checkpoint was saved from (its per-layer allocation); a
     one-line error naming ``path`` if its configuration, allocation and weights do not fit
-    (:func:`check_model_entries`, then :func:`check_weights` against the model built on the
+    (:func:`~barter_mini.training.checkpoint_contents.check_model_entries`, then :func:`~barter_mini.training.checkpoint_contents.check_weights` against the model built on the
     meta device: the real one is built only for weights that fill it exactly)."""
     config, allocation = check_model_entries(checkpoint, path)
     shapes = model_shapes(config, allocation, path, len(checkpoint["model"])).state_dict()

@@ -24,7 +24,7 @@ from ..errors import BarterError
 from .methods import get_method
 from .run_folder import RUN_FILES, RUN_LOCK
 
-#: what a run folder holds besides :data:`RUN_FILES`: its lock and, in the run cache, the
+#: what a run folder holds besides :data:`~barter_mini.training.run_folder.RUN_FILES`: its lock and, in the run cache, the
 #: completion record (training.cache.COMPLETION_RECORD) that vouches for the others
 RUN_FOLDER_EXTRAS = (RUN_LOCK, "complete.json")
 

@@ -29,7 +29,7 @@ A file that cannot start the run is one line naming it, before any weight is loa
 damaged, foreign or unsafe file, a zip that would inflate far beyond its size or a
 safetensors header longer than the file (:mod:`~barter_mini.training.checkpoints`), and
 weights whose names, shapes or dtypes are not the model's (the first tensor that differs,
-:func:`~barter_mini.training.checkpoints.check_weights`, where PyTorch's message is a line
+:func:`~barter_mini.training.checkpoint_contents.check_weights`, where PyTorch's message is a line
 per tensor).
 """
 
