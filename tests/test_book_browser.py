@@ -12,7 +12,10 @@ console error, no uncaught exception, no broken image and no internal link to a 
 typeset by the locally served MathJax. The theme's next/previous links must walk the table
 of contents in order, and the search page must find "clone". On a 1280-pixel-wide screen no
 table of the from-scratch, ablation and efficiency chapters may be wider than the content
-column.
+column. The API reference is several pages, one per layer of the package, whose ``[source]``
+links (sphinx.ext.viewcode) open the module's code, highlighted and served by the book
+itself; the method page shows the update's functions beside their formulas; the chapter
+"BARTER from scratch" is in the navigation.
 
 Fixture names (``book_html``, ``book_url``, ``chromium_browser``, ``tab``) deliberately
 differ from pytest-playwright's ``browser``/``page``/``base_url``, so that plugin, when
@@ -45,6 +48,15 @@ CHROMIUM_ARGS = [
 METHOD_PAGE = "book/method.html"
 WALKTHROUGH_PAGE = "notebooks/01_walkthrough.html"
 SCREENSHOT = Path("/tmp/barter_mini_book_walkthrough.png")
+#: the landing page of the API reference and its pages, one per layer of the package
+API_PAGE = "book/api.html"
+API_LAYER_PAGES = ("book/api/core.html", "book/api/masked.html", "book/api/training.html",
+                   "book/api/measure.html", "book/api/book.html", "book/api/cli.html")
+FROM_SCRATCH_PAGE = "notebooks/00_barter_from_scratch.html"
+FROM_SCRATCH_TITLE = "BARTER from scratch"
+#: the update's functions whose code the method page shows beside their formulas
+METHOD_CODE = ("select_receiver", "receiver_room", "select_donors", "select_parents", "prune", "clone",
+               "remap_optimizer_state")
 TIMEOUT_MS = 20_000
 
 pytestmark = pytest.mark.slow
@@ -419,3 +431,111 @@ def test_tables_fit_the_content_column_at_1280_pixels(chromium_browser, book_url
         assert not issues, "; ".join(issues)
     finally:
         context.close()
+
+
+# --- the source on the page ---------------------------------------------------------------
+
+#: per [source] link of the page (sphinx.ext.viewcode): its target, and the object it documents
+SOURCE_LINKS_JS = """() => Array.from(document.querySelectorAll("span.viewcode-link"))
+    .map(span => span.closest("a"))
+    .filter(a => a !== null)
+    .map(a => ({href: a.href, object: (a.closest("dt") || {}).id || ""}))"""
+
+#: what a viewcode page shows at its fragment: Pygments' tokens and the [docs] link back
+HIGHLIGHTED_JS = """(anchor) => {
+    const block = document.getElementById(anchor);
+    return {tokens: document.querySelectorAll("div.highlight pre span.k, div.highlight pre span.nf").length,
+            block: block ? block.textContent.trim().slice(0, 200) : null,
+            back: block ? Array.from(block.querySelectorAll("a.viewcode-back")).map(a => a.href) : []};
+}"""
+
+
+def test_the_api_is_split_into_pages_whose_objects_link_their_highlighted_source(tab, book_url, book_pages):
+    """The API reference is a landing page and one page per layer, in that order in the table
+    of contents, none holding most of the reference; every object's [source] link opens its
+    module's code on a page of the book (offline, highlighted, the object at the link's
+    fragment, a [docs] link back to where the object is documented)."""
+    assert API_PAGE in book_pages, f"{API_PAGE} is not a page of the book: {book_pages}"
+    start = book_pages.index(API_PAGE)
+    assert tuple(book_pages[start + 1:start + 1 + len(API_LAYER_PAGES)]) == API_LAYER_PAGES, (
+        f"the API's pages do not follow {API_PAGE} in the table of contents: {book_pages[start:]}")
+    heights, links = {}, {}
+    for path in (API_PAGE, *API_LAYER_PAGES):
+        tab.goto(book_url + path, wait_until="load")
+        heights[path] = tab.evaluate("document.documentElement.scrollHeight")
+        links[path] = tab.evaluate(SOURCE_LINKS_JS)
+    empty = [path for path in API_LAYER_PAGES if not links[path]]
+    assert not empty, f"API pages without a [source] link: {empty}"
+    tallest = max(heights, key=heights.get)
+    assert heights[tallest] < 0.5 * sum(heights.values()), (
+        f"{tallest} holds most of the API reference: page heights {heights}")
+
+    # every target is a page of the book with the module's code, highlighted, and the object at its fragment
+    issues, first_of_page = [], {}
+    for path, found in links.items():
+        for link in found:
+            assert link["href"].startswith(book_url + "_modules/"), (
+                f"{path}: the [source] of {link['object']} leaves the book: {link['href']}")
+            first_of_page.setdefault(path, link)
+    modules = {}
+    for path, found in links.items():
+        for link in found:
+            target, _, anchor = link["href"].partition("#")
+            if target not in modules:
+                with urllib.request.urlopen(target, timeout=5) as response:
+                    modules[target] = response.read().decode("utf-8") if response.status == 200 else ""
+            html = modules[target]
+            if 'class="highlight"' not in html:
+                issues.append(f"{target} (from {path}) shows no highlighted code")
+            elif anchor and f'id="{anchor}"' not in html:
+                issues.append(f"{target} has no {anchor!r} for the [source] of {link['object']} on {path}")
+    assert not issues, f"{len(issues)} [source] targets wrong: {issues[:10]}"
+
+    # the first [source] of each page opened in the browser: offline, clean, highlighted, and back
+    for path, link in first_of_page.items():
+        recorder = Recorder(tab)
+        response = tab.goto(link["href"], wait_until="load")
+        assert response is not None and response.ok, f"{link['href']}: HTTP {response and response.status}"
+        tab.wait_for_load_state("networkidle")
+        shown = tab.evaluate(HIGHLIGHTED_JS, urlsplit(link["href"]).fragment)
+        assert not recorder.problems(), f"{link['href']} (from {path}): {recorder.report()}"
+        assert shown["tokens"] > 0, f"{link['href']}: the code is not highlighted"
+        name = link["object"].rsplit(".", 1)[-1]
+        assert shown["block"] and name in shown["block"], (
+            f"{link['href']}: the object {link['object']} is not at the fragment: {shown['block']!r}")
+        back = {page_path(href, book_url) for href in shown["back"] if href.startswith(book_url)}
+        assert back == {path}, f"{link['href']}: [docs] leads to {shown['back']}, not back to {path}"
+
+
+def test_the_method_page_shows_the_updates_code_beside_its_formulas(tab, book_url, book_pages):
+    """Each named step of the update appears on the method page as its own code, highlighted,
+    in an open dropdown (included from the package when the book is built)."""
+    assert METHOD_PAGE in book_pages
+    tab.goto(book_url + METHOD_PAGE, wait_until="load")
+    blocks = tab.eval_on_selector_all(
+        "details.sd-dropdown div.highlight",
+        "blocks => blocks.map(b => ({text: b.textContent, open: b.closest('details').open,"
+        " tokens: b.querySelectorAll('span.nf').length}))")
+    shown = {name: [block for block in blocks if f"def {name}(" in block["text"]] for name in METHOD_CODE}
+    missing = [name for name, found in shown.items() if not found]
+    assert not missing, f"{METHOD_PAGE} does not show the code of {missing}"
+    folded = [name for name, found in shown.items() if not any(block["open"] for block in found)]
+    assert not folded, f"{METHOD_PAGE} folds the code of {folded} away"
+    plain = [name for name, found in shown.items() if not any(block["tokens"] > 0 for block in found)]
+    assert not plain, f"{METHOD_PAGE} shows the code of {plain} without highlighting"
+
+
+def test_the_from_scratch_chapter_is_in_the_book_and_its_navigation(tab, book_url, book_pages):
+    assert FROM_SCRATCH_PAGE in book_pages, f"{FROM_SCRATCH_PAGE} is not a page of the book: {book_pages}"
+    tab.goto(book_url + "index.html")
+    tab.wait_for_url(book_url + book_pages[0] + "*")
+    linked = tab.eval_on_selector_all(
+        "nav.bd-links a[href]", "links => links.map(a => ({href: a.href, text: a.textContent.trim()}))")
+    titles = [link["text"] for link in linked
+              if link["href"].startswith(book_url) and page_path(link["href"], book_url) == FROM_SCRATCH_PAGE]
+    assert titles and FROM_SCRATCH_TITLE in titles[0], (
+        f"the left navigation does not link {FROM_SCRATCH_PAGE} as {FROM_SCRATCH_TITLE!r}: {titles}")
+    response = tab.goto(book_url + FROM_SCRATCH_PAGE, wait_until="load")
+    assert response is not None and response.ok
+    heading = tab.locator("article.bd-article h1").first.inner_text()
+    assert FROM_SCRATCH_TITLE in heading and FROM_SCRATCH_TITLE in tab.title(), (heading, tab.title())

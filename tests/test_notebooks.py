@@ -57,10 +57,13 @@ def test_stored_stripped_on_the_python3_kernel_and_openable_in_lab(notebook):
 NOT_IN_A_NOTEBOOK = ("RunConfig(", "color_palette", "\ndef ", "select_donors(", "select_receiver(")
 NOT_IN = {"04_efficiency.ipynb": (".merge(",)}
 #: per notebook, what it may do all the same: chapter 00 is the one whose algorithm lives on the
-#: page (its own functions, in plain PyTorch), checked against barter_mini's update
-ALLOWED_IN = {"00_barter_from_scratch.ipynb": ("\ndef ",)}
+#: page (its own functions, in plain PyTorch), checked against barter_mini's update; chapter 01
+#: calls the update's selection rules themselves, one step at a time, and shows their scores
+ALLOWED_IN = {"00_barter_from_scratch.ipynb": ("\ndef ",),
+              "01_walkthrough.ipynb": ("select_donors(", "select_receiver(")}
 CALLS = {"00_barter_from_scratch.ipynb": ("topology_update(", "BarterController("),
-         "01_walkthrough.ipynb": ("walkthrough_run(", "donors_and_parents("),
+         "01_walkthrough.ipynb": ("walkthrough_run(", "select_receiver(", "select_donors(", "select_parents(",
+                                  "clone(", "prune_donors("),
          "02_from_scratch.ipynb": ("readable(runs",),
          "04_efficiency.ipynb": ("compute_beside_paper(", "readable(beside", "readable(updates"),
          "06_finetuning.ipynb": ("run_finetuning(", "finetuning_beside_paper(", "compute_matched_gains(",

@@ -28,9 +28,10 @@ from barter_mini.book.report import (BARTER_COLOR, COMPUTE_COLUMNS, METHOD_MARKE
                                      RATIO_COLUMNS, RUN_COLUMNS, STEP_TIME_COLUMNS, TRANSFER_COST_COLUMNS,
                                      UPDATE_COST_COLUMNS, UPDATE_COST_DECIMALS, by_density,
                                      plot_accuracy_against_density, plot_cost_against_density, readable)
-from barter_mini.book.walkthrough import (donors_and_parents, moment_norms, receiver_and_k, walkthrough_run,  # noqa: E402
-                                          what_this_showed)
-from barter_mini.core.barter import BarterSettings, clone, prune_donors, transfer_units  # noqa: E402
+from barter_mini.book.walkthrough import (layer_scores, moment_norms, scores_table, unit_scores,  # noqa: E402
+                                          walkthrough_run, what_this_showed)
+from barter_mini.core.barter import (BarterSettings, clone, prune_donors, receiver_room, select_donors,  # noqa: E402
+                                     select_parents, select_receiver, transfer_units)
 from barter_mini.core.unit_statistics import UnitStatistics  # noqa: E402
 from barter_mini.errors import BarterError  # noqa: E402
 from barter_mini.measure.bench import bench, compute_and_size_rows  # noqa: E402
@@ -298,18 +299,39 @@ def warmed_tiny(seed: int = 0):
 
 
 def test_the_walkthroughs_steps_make_the_librarys_update():
-    """Receiver, donors and parents chosen, cloned and pruned one step at a time give the
-    model that one call of ``transfer_units`` gives (symmetry noise off)."""
+    """Receiver, donors and parents chosen by the selection rules, cloned and pruned one step
+    at a time as the walkthrough does, give the model that one call of ``transfer_units``
+    gives (symmetry noise off); the walkthrough's tables show why each choice was made."""
     kind, most = "ffn", 3
     model, optimizer, statistics = warmed_tiny()
     stats = statistics.layers[kind]
     counts = list(model.allocation().ffn)
-    receiver, k = receiver_and_k(stats, counts, TINY_CCT.ffn_per_layer, most=most)
-    donors, parents, choice = donors_and_parents(stats, counts, receiver, k, min_age=1)
+    receiver = select_receiver(stats, counts, TINY_CCT.ffn_per_layer)
+    k = receiver_room(counts, receiver, TINY_CCT.ffn_per_layer, most)
+    donors = select_donors(stats, counts, receiver, k, min_age=1)
+    parents = select_parents(stats[receiver], len(donors))
     assert len(donors) == len(parents) == k > 0 and all(layer != receiver for layer, _ in donors)
-    assert list(choice["role"]) == ["donor"] * k + ["parent"] * k
-    assert list(zip(choice["layer"], choice["unit"])) == donors + [(receiver, u) for u in parents]
+
+    layers = layer_scores(stats, counts, TINY_CCT.ffn_per_layer, receiver)
+    assert list(layers["layer"]) == list(range(len(counts))) and list(layers["units"]) == counts
+    assert list(layers["chosen"]).index("receiver") == receiver
+    eligible = layers[layers["eligible receiver"]]
+    assert eligible["growth priority"].idxmax() == receiver
+    choice = unit_scores(stats, counts, receiver, donors, parents, min_age=1)
+    roles = list(choice["role"])
+    assert roles[:k] == ["donor"] * k and roles.count("parent") == k
+    assert list(zip(choice["layer"], choice["unit"]))[:k] == donors
     assert list(choice["pruning score"][:k]) == [float(stats[l].pruning_scores()[u]) for l, u in donors]
+    # the next unit each rule would take bounds the chosen ones' scores
+    donor_scores, parent_scores = (choice[choice["role"] == role] for role in ("donor", "parent"))
+    next_donor = choice[choice["role"] == "next donor (kept)"]["pruning score"]
+    next_parent = choice[choice["role"] == "next parent (not cloned)"]["growth score"]
+    assert len(next_donor) == 1 and donor_scores["pruning score"].max() <= next_donor.iloc[0]
+    assert len(next_parent) == 1 and parent_scores["growth score"].min() >= next_parent.iloc[0]
+    # scores keep four significant figures, however small
+    html = scores_table(choice).to_html()
+    value = float(choice["pruning score"].iloc[0])
+    assert f"{value:#.4g}" in html
     fc1 = model.blocks[receiver].mlp.fc1.weight
     state_before = {key: value.clone() for key, value in optimizer.state[fc1].items()}
     clone(model.blocks[receiver], kind, parents, stats[receiver], optimizer, alpha=0.5, symmetry_noise=0.0,

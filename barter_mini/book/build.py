@@ -1,7 +1,8 @@
 """Build the book: execute every notebook with papermill, then Jupyter Book 1 -> HTML.
 
 ``build_book(profile)`` stages the book in ``_build/book/``: the top-level ``_config.yml``
-and ``_toc.yml``, the ``book/`` chapters, MathJax 3 for offline math, and every notebook of
+and ``_toc.yml``, the ``book/`` chapters, the package's source (which the method chapter
+includes beside its formulas), MathJax 3 for offline math, and every notebook of
 ``notebooks/`` executed with papermill (kernel ``python3``, ``profile`` set) next to the
 CSV/JSON files it writes. A notebook that raises stops the build with its name and cell,
 and its half-executed copy is deleted, so a failing notebook is never published. Then
@@ -48,7 +49,22 @@ def stage_sources(stage: Path, repo: Path = REPO) -> None:
     for name in ("_config.yml", "_toc.yml"):
         shutil.copy2(repo / name, stage / name)
     shutil.copytree(repo / "book", stage / "book")
+    stage_package_source(stage)
     write_substitutions(stage / "_config.yml", paper_substitutions())
+
+
+#: the package the book documents: its imported source, whatever repo the pages come from
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def stage_package_source(stage: Path, package: Path = PACKAGE) -> None:
+    """Copy the package's ``.py`` files to ``stage/barter_mini/``: the method chapter shows
+    the update's functions with ``literalinclude`` (``../barter_mini/core/barter.py``,
+    ``:pyobject:``), read from this copy of the code the book documents."""
+    def not_source(folder: str, names: list[str]) -> list[str]:
+        return [n for n in names if n == "__pycache__" or (Path(folder, n).is_file() and not n.endswith(".py"))]
+
+    shutil.copytree(package, stage / package.name, ignore=not_source)
 
 
 def write_substitutions(config: Path, substitutions: dict[str, str]) -> None:

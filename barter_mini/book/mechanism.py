@@ -17,11 +17,12 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.patches import Patch, Rectangle
 
-from ..core.barter import clone, prune_donors
+from ..core.barter import clone, prune_donors, receiver_room, select_donors, select_parents, select_receiver
 from ..core.models import get_model_config
+from ..errors import BarterError
 from ..training.optimization import seed_everything
 from .report import BARTER_COLOR
-from .walkthrough import briefly_trained, donors_and_parents, receiver_and_k
+from .walkthrough import briefly_trained
 
 #: the figures :func:`write_mechanism_figures` writes, by file name
 FIGURES = ("compact_layer.png", "topology_update.png", "moment_remap.png")
@@ -64,8 +65,12 @@ def one_update(model, optimizer, statistics, alpha: float = 0.5, most: int = 3) 
     clone's moments before and after."""
     stats = statistics.layers["ffn"]
     before = list(model.allocation().ffn)
-    receiver, k = receiver_and_k(stats, before, model.config.ffn_per_layer, most=most)
-    donors, parents, _ = donors_and_parents(stats, before, receiver, k, min_age=1)
+    full_width = model.config.ffn_per_layer
+    receiver = select_receiver(stats, before, full_width)
+    if receiver is None:
+        raise BarterError("no layer can receive a unit: every layer is at full width or has no statistics")
+    donors = select_donors(stats, before, receiver, receiver_room(before, receiver, full_width, most), min_age=1)
+    parents = select_parents(stats[receiver], len(donors))
     mlp = model.blocks[receiver].mlp
     tensors = {"in": (lambda: mlp.fc1.weight, 0), "out": (lambda: mlp.fc2.weight, 1)}
     parent, first_clone = parents[0], before[receiver]

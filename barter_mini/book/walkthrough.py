@@ -1,6 +1,6 @@
-"""Helpers for the walkthrough notebook: a briefly trained model to operate on, one topology
-update taken apart into its steps (with the scores behind each choice), and the notebook's
-training run."""
+"""Helpers for the walkthrough notebook: a briefly trained model to operate on, the scores
+behind each choice of one topology update (the notebook calls the selection rules of
+:mod:`barter_mini.core.barter` itself), and the notebook's training run."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from itertools import cycle, islice
 import pandas as pd
 import torch
 
-from ..core.barter import receiver_room, select_donors, select_parents, select_receiver
+from ..core.barter import select_donors, select_parents
 from ..core.models import CompactTransformer, build_model, get_model_config
-from ..core.unit_statistics import LayerStatistics, UnitStatistics
-from ..errors import BarterError
+from ..core.unit_statistics import DEFAULT_PRUNING_SCORE, LayerStatistics, UnitStatistics
 from ..training.data import load_dataset, make_loaders
 from ..training.step import training_step
 from ..training.run_config import RunConfig
 from ..training.optimization import parameter_groups, seed_everything
 from .experiments import profile_run
 from .profiles import Profile
+from .tables import page_table
 
 #: what the walkthrough shows of its training run (``training_run.json`` adds the
 #: allocation history)
@@ -29,11 +29,12 @@ RUN_SUMMARY_KEYS = ("method", "model", "dataset", "density", "seed", "epochs", "
 
 
 def warmed_up_model(profile: Profile, density: float, seed: int = 0, steps: int = 30,
-                    batch_size: int = 64, lr: float = 1e-3):
+                    batch_size: int = 64, lr: float = 1e-3, pruning_score: str = DEFAULT_PRUNING_SCORE):
     """A compact model of ``profile`` trained ``steps`` AdamW steps on real images.
 
     Returns ``(model, optimizer, statistics, probe)``: the model in eval mode (so outputs are
-    deterministic), its optimizer with live state, the statistics its hooks gathered, and a
+    deterministic), its optimizer with live state, the statistics its hooks gathered (with
+    ``pruning_score``, one of :data:`~barter_mini.core.unit_statistics.PRUNING_SCORES`), and a
     fixed batch of images to compare outputs on.
     """
     seed_everything(seed)
@@ -41,63 +42,76 @@ def warmed_up_model(profile: Profile, density: float, seed: int = 0, steps: int 
     loader, _, _ = make_loaders(splits, batch_size, seed)
     info = splits.info
     config = get_model_config(profile.model).for_data(info.img_size, info.in_chans, info.num_classes)
-    model, optimizer, statistics = briefly_trained(config, density, islice(cycle(loader), steps), lr)
+    model, optimizer, statistics = briefly_trained(config, density, islice(cycle(loader), steps), lr,
+                                                   pruning_score)
     probe = next(iter(loader))[0][:32]
     return model.eval(), optimizer, statistics, probe
 
 
-def briefly_trained(config, density: float, batches, lr: float = 1e-3):
+def briefly_trained(config, density: float, batches, lr: float = 1e-3,
+                    pruning_score: str = DEFAULT_PRUNING_SCORE):
     """A compact model of ``config`` at ``density`` trained one AdamW step per ``(images,
-    labels)`` batch, with its statistics hooks attached (the method's own pruning score, one
-    default for both kinds). Returns ``(model, optimizer, statistics)``, the model in train mode."""
+    labels)`` batch, with its statistics hooks attached (by default the method's own pruning
+    score, one default for both kinds). Returns ``(model, optimizer, statistics)``, the model
+    in train mode."""
     model: CompactTransformer = build_model(config, density)
     optimizer = torch.optim.AdamW(parameter_groups(model, 0.05), lr=lr)
-    statistics = UnitStatistics(model)
+    statistics = UnitStatistics(model, pruning_score=pruning_score)
     for x, y in batches:
         training_step(model, optimizer, x, y)
     return model, optimizer, statistics
 
 
-def layer_scores(stats: list[LayerStatistics], counts: list[int]) -> pd.DataFrame:
-    """Per layer: its units, its growth priority ``P_l`` (which picks the receiver) and its
-    lowest pruning score (where the donors come from)."""
-    return pd.DataFrame({"channels": counts,
-                         "growth priority (mean pruning score)": [s.growth_priority() for s in stats],
-                         "lowest pruning score": [float(s.pruning_scores().min()) for s in stats]},
-                        index=pd.Index(range(len(counts)), name="layer"))
+#: significant figures of the scores in the walkthrough's tables: pruning scores of different
+#: layers can differ by orders of magnitude, and a fixed number of decimals would show 0.00
+SCORE_FIGURES = 4
 
 
-def receiver_and_k(stats: list[LayerStatistics], counts: list[int], full_width: int,
-                   most: int = 4) -> tuple[int, int]:
-    """Step 1: the receiving layer (:func:`~barter_mini.core.barter.select_receiver`) and how
-    many units ``k`` move into it: at most ``most``, and no more than it has room for
-    (:func:`~barter_mini.core.barter.receiver_room`)."""
-    receiver = select_receiver(stats, counts, full_width)
-    if receiver is None:
-        raise BarterError("no layer can receive a unit: every layer is at full width or has no statistics")
-    return receiver, receiver_room(counts, receiver, full_width, most)
+def layer_scores(stats: list[LayerStatistics], counts: list[int], full_width: int, receiver: int | None,
+                 rule: str = "mean-importance") -> pd.DataFrame:
+    """Why :func:`~barter_mini.core.barter.select_receiver` chose ``receiver``: per layer, its
+    index, its units, whether it may receive (below ``full_width`` and holding a unit with
+    statistics), its growth priority ``P_l`` under ``rule`` (the receiver is the eligible layer
+    where it is highest) and its lowest pruning score (where the donors come from)."""
+    return pd.DataFrame({
+        "layer": range(len(counts)),
+        "units": counts,
+        "eligible receiver": [n < full_width and bool((s.age > 0).any()) for s, n in zip(stats, counts)],
+        "growth priority": [s.growth_priority(rule) for s in stats],
+        "lowest pruning score": [float(s.pruning_scores().nan_to_num(float("inf")).min()) for s in stats],
+        "chosen": ["receiver" if layer == receiver else "" for layer in range(len(counts))],
+    }).replace(float("inf"), float("nan"))
 
 
-def donors_and_parents(stats: list[LayerStatistics], counts: list[int], receiver: int, k: int,
-                       min_age: int = 1) -> tuple[list[tuple[int, int]], list[int], pd.DataFrame]:
-    """Steps 2 and 3: the donors (:func:`~barter_mini.core.barter.select_donors`, ``(layer,
-    unit)`` pairs outside the receiver) and the receiver's parents
-    (:func:`~barter_mini.core.barter.select_parents`, one per donor found).
-
-    Returns ``(donors, parents, table)``; the table explains the choice with one row per
-    unit: its role, layer, index and its pruning and growth scores.
-    """
-    donors = select_donors(stats, counts, receiver, k, min_age=min_age)
-    parents = select_parents(stats[receiver], len(donors))
-    units = [("donor", layer, unit) for layer, unit in donors] + [("parent", receiver, unit) for unit in parents]
-    table = pd.DataFrame({
+def unit_scores(stats: list[LayerStatistics], counts: list[int], receiver: int, donors: list[tuple[int, int]],
+                parents: list[int], min_age: int) -> pd.DataFrame:
+    """Why :func:`~barter_mini.core.barter.select_donors` and
+    :func:`~barter_mini.core.barter.select_parents` chose ``donors`` and ``parents``: one row per
+    unit with its role, layer, index, age and pruning and growth scores, each group followed by
+    the unit its rule would have taken next (the same rule asked for one more), whose score
+    bounds the chosen ones: no donor scores above the next donor, no parent below the next
+    parent."""
+    next_donor = select_donors(stats, counts, receiver, len(donors) + 1, min_age=min_age)[len(donors):]
+    next_parent = select_parents(stats[receiver], min(len(parents) + 1, counts[receiver]))[len(parents):]
+    units = ([("donor", layer, unit) for layer, unit in donors]
+             + [("next donor (kept)", layer, unit) for layer, unit in next_donor]
+             + [("parent", receiver, unit) for unit in parents]
+             + [("next parent (not cloned)", receiver, unit) for unit in next_parent])
+    return pd.DataFrame({
         "role": [role for role, _, _ in units],
         "layer": [layer for _, layer, _ in units],
         "unit": [unit for _, _, unit in units],
+        "age (steps)": [int(stats[layer].age[unit]) for _, layer, unit in units],
         "pruning score": [float(stats[layer].pruning_scores()[unit]) for _, layer, unit in units],
         "growth score": [float(stats[layer].growth_scores()[unit]) for _, layer, unit in units],
     })
-    return donors, parents, table
+
+
+def scores_table(frame: pd.DataFrame, figures: int = SCORE_FIGURES):
+    """``frame`` as a page table (:func:`~barter_mini.book.tables.page_table`) whose float
+    columns show ``figures`` significant figures (scientific notation where needed)."""
+    floats = [column for column in frame.columns if pd.api.types.is_float_dtype(frame[column])]
+    return page_table(frame).format(f"{{:#.{figures}g}}", subset=floats, na_rep="")
 
 
 def moment_norms(state_before: dict, state_after: dict, parent: int, clone: int) -> pd.DataFrame:

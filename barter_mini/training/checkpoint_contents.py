@@ -220,7 +220,7 @@ class _OnMeta(TorchFunctionMode):
     """Tensors made without a device (a layer's weights) go to the meta device: they have a
     shape and no storage, whatever their size. Only the factories are redirected, so the
     models' own arithmetic on small real tensors (drop-path rates' ``linspace(...).tolist()``)
-    keeps working. More than ``limit`` tensors made is :class:`_TooManyTensors`: every model
+    keeps working. More than ``limit`` tensors made is ``_TooManyTensors``: every model
     makes about one per tensor of its state dict, so a file's settings that describe a model
     of far more tensors than the file holds are stopped early."""
 
@@ -245,7 +245,7 @@ class _TooManyTensors(Exception):
 
 
 def model_shapes(config: ModelConfig, allocation: Allocation, path: Path, tensors: int) -> torch.nn.Module:
-    """The model of ``config`` at ``allocation`` built on the meta device (:class:`_OnMeta`): its
+    """The model of ``config`` at ``allocation`` built on the meta device (``_OnMeta``): its
     parameters' names and shapes without memory, so a checkpoint's ``tensors`` tensors can be
     checked against it before the model is built for real; a one-line error if the settings
     build none, or one of far more tensors (over ``2 * tensors + 16`` made)."""
@@ -307,7 +307,8 @@ OPTIMIZER_FLAGS = ("amsgrad", "maximize", "foreach", "capturable", "differentiab
                    "decoupled_weight_decay")
 
 
-def check_resume_state(checkpoint: dict, path: Path) -> dict:
+def check_resume_state(checkpoint: dict, path: Path,
+                       parameter_groups: Callable[[torch.nn.Module], list[list]]) -> dict:
     """``checkpoint`` (a ``last.pt`` read with :data:`~barter_mini.training.checkpoints.RESUME_KEYS`) if the trainer can continue
     from it, else a one-line error naming ``path`` and the first entry that is wrong, what
     it must be and what it is: the model (:func:`check_model_entries`, :func:`check_weights`
@@ -316,15 +317,15 @@ def check_resume_state(checkpoint: dict, path: Path) -> dict:
     parameter's moments of its shape), every entry of ``resume``
     (:data:`RESUME_STATE_CHECKS`) and how they agree (``step <= total_steps``, ``epoch <=
     epochs + 1``, the top-level ``epoch`` and ``step`` those of ``resume``), the LR
-    schedule's entries that timm computes with (:func:`_check_scheduler`), and every random
-    generator's state, tried on a throwaway generator (:func:`_check_generators`,
-    :func:`_check_bit_generators`). The rest of the method's own state is its controller's
+    schedule's entries that timm computes with (``_check_scheduler``), and every random
+    generator's state, tried on a throwaway generator (``_check_generators``,
+    ``_check_bit_generators``). The rest of the method's own state is its controller's
     to check when it loads it."""
     path = Path(path)
     config, allocation = check_model_entries(checkpoint, path)
     model = model_shapes(config, allocation, path, len(checkpoint["model"]))
     check_weights(model.state_dict(), checkpoint["model"], path)
-    _check_optimizer(checkpoint["optimizer"], model, path)
+    _check_optimizer(checkpoint["optimizer"], parameter_groups(model), path)
     state = checkpoint["resume"]
     missing = [name for name in RESUME_STATE_CHECKS if name not in state]
     if missing:
@@ -418,13 +419,9 @@ def _check_bit_generators(value, path: Path, where: str) -> None:
             _check_bit_generators(item, path, f"{where}[{number}]")
 
 
-def _check_optimizer(saved: dict, model: torch.nn.Module, path: Path) -> None:
-    # parameter_groups is what the trainer's optimizer is built from, and torch's
-    # load_state_dict pairs the saved parameters with its parameters in that order;
-    # imported here because optimization imports the data modules, which import this one
-    from .optimization import parameter_groups
-
-    groups = [group["params"] for group in parameter_groups(model, 0.0)]
+def _check_optimizer(saved: dict, groups: list[list], path: Path) -> None:
+    # groups: the parameters of each group the trainer's optimizer is built from, in order;
+    # torch's load_state_dict pairs the saved parameters with its parameters in that order
     saved_groups = saved.get("param_groups")       # saved is a dict: load_checkpoint checked it
 
     def group_fits(group, params) -> bool:

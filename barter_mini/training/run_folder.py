@@ -26,6 +26,7 @@ from .checkpoint_contents import check_resume_state
 from .checkpoints import (RESUME_KEYS, RUN_KEYS, ensure_folder, load_checkpoint, read_json, remove_temporary_files,
                           save_checkpoint)
 from .locking import exclusive_lock
+from .optimization import parameter_groups
 from .run_config import RunConfig
 
 #: what a run writes into its folder
@@ -67,7 +68,7 @@ def resume_point(out: Path, run: RunConfig) -> tuple[dict | None, dict | None]:
         return metrics, None
     if (out / "last.pt").is_file():
         checkpoint = load_checkpoint(out / "last.pt", keys=RESUME_KEYS, use="resuming the run (--resume)")
-        check_resume_state(checkpoint, out / "last.pt")
+        check_resume_state(checkpoint, out / "last.pt", lambda model: [group["params"] for group in parameter_groups(model, 0.0)])
         _check_same_run(out / "last.pt", checkpoint["run"], run)
         return None, checkpoint
     if (out / "best.pt").is_file():       # killed between the first best.pt and last.pt: start again
