@@ -539,3 +539,32 @@ def test_the_from_scratch_chapter_is_in_the_book_and_its_navigation(tab, book_ur
     assert response is not None and response.ok
     heading = tab.locator("article.bd-article h1").first.inner_text()
     assert FROM_SCRATCH_TITLE in heading and FROM_SCRATCH_TITLE in tab.title(), (heading, tab.title())
+
+
+#: the chapters whose last section is the exercises (every page of the book but the front and back matter)
+EXERCISE_PAGES = (METHOD_PAGE,) + tuple(f"notebooks/{path.stem}.html" for path in sorted((REPO / "notebooks").glob("[0-9]*.ipynb")))
+EXERCISES_JS = """() => {
+  const heading = Array.from(document.querySelectorAll("article.bd-article h2")).find(h => h.textContent.startsWith("Exercises"));
+  if (!heading) return null;
+  const section = heading.closest("section");
+  return Array.from(section.querySelectorAll("details.sd-dropdown")).map(d => ({
+    title: d.querySelector("summary").textContent.trim(), open: d.open,
+    hidden: !d.querySelector(".sd-summary-content").checkVisibility()}));
+}"""
+
+
+def test_every_chapter_ends_with_exercises_whose_hints_and_answers_open_on_purpose(tab, book_url, book_pages):
+    """Each chapter's Exercises section holds a hint and an answer per exercise, in dropdowns
+    that are closed (their content not shown) until the reader opens one; opening shows it."""
+    for path in EXERCISE_PAGES:
+        assert path in book_pages, f"{path} is not a page of the book"
+        tab.goto(book_url + path, wait_until="load")
+        dropdowns = tab.evaluate(EXERCISES_JS)
+        assert dropdowns is not None, f"{path} has no Exercises section"
+        titles = [d["title"] for d in dropdowns]
+        assert titles.count("Answer") >= 3 and titles.count("Hint") == titles.count("Answer"), (path, titles)
+        shown = [d["title"] for d in dropdowns if d["open"] or not d["hidden"]]
+        assert not shown, f"{path} shows {shown} before the reader opens them"
+    answer = tab.locator("details.sd-dropdown summary", has_text="Answer").last
+    answer.click()
+    assert answer.locator("xpath=..").evaluate("d => d.open && d.querySelector('.sd-summary-content').checkVisibility()")
