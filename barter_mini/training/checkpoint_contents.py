@@ -12,6 +12,7 @@ than the file holds), and the trainer's state of a ``last.pt`` (:func:`check_res
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import random
@@ -250,11 +251,20 @@ def model_shapes(config: ModelConfig, allocation: Allocation, path: Path, tensor
     checked against it before the model is built for real; a one-line error if the settings
     build none, or one of far more tensors (over ``2 * tensors + 16`` made)."""
     try:
-        with _OnMeta(limit=2 * tensors + 16):
+        with building_from(path), _OnMeta(limit=2 * tensors + 16):
             return build_model(config, allocation=allocation)
     except _TooManyTensors:
         raise BarterError(f"{path}: model_config describes a model of more than twice the {tensors} tensors the file "
                           "holds: the file is damaged or not barter-mini's; retrain the run") from None
+
+
+@contextlib.contextmanager
+def building_from(path: Path):
+    """Building a model from the file ``path``'s settings or loading its weights: what that
+    raises (a :class:`~barter_mini.errors.BarterError`, or one of :data:`BUILD_ERRORS`)
+    becomes one line naming the file."""
+    try:
+        yield
     except BarterError as error:
         raise BarterError(f"{path}: {error}") from None
     except BUILD_ERRORS as error:

@@ -49,7 +49,7 @@ import torch
 
 from ..core.models import CompactTransformer, build_model
 from ..errors import BarterError
-from .checkpoint_contents import (BUILD_ERRORS, ENTRY_CHECKS, check_entry, check_model_entries, check_weights,
+from .checkpoint_contents import (ENTRY_CHECKS, building_from, check_entry, check_model_entries, check_weights,
                                   model_shapes)
 
 #: the layout of every checkpoint this version writes and reads (``best.pt``, ``last.pt``);
@@ -344,13 +344,7 @@ def model_from_checkpoint(checkpoint: dict, device: torch.device | str = "cpu",
     config, allocation = check_model_entries(checkpoint, path)
     shapes = model_shapes(config, allocation, path, len(checkpoint["model"])).state_dict()
     check_weights(shapes, checkpoint["model"], path)
-    try:
+    with building_from(path):
         model = build_model(config, allocation=allocation)
         model.load_state_dict(checkpoint["model"])
-    except BarterError as error:
-        raise BarterError(f"{path}: {error}") from None
-    except BUILD_ERRORS as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise BarterError(f"{path} does not describe a model this version can build ({type(error).__name__}"
-                          f"{': ' + first[:160] if first else ''}): retrain the run with this version") from None
     return model.to(device)
