@@ -40,7 +40,7 @@ def test_budget_below_one_unit_per_layer_fails():
 
 
 def test_unknown_model_fails_with_the_allowed_names():
-    with pytest.raises(BarterError, match="cct-mini, cct-paper, vit-mini, vit-paper"):
+    with pytest.raises(BarterError, match="cct-mini, cct-mini-deep, cct-mini-deep-16h, cct-paper, vit-mini, vit-paper"):
         get_model_config("resnet")
 
 
