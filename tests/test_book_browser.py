@@ -514,8 +514,11 @@ def test_the_method_page_shows_the_updates_code_beside_its_formulas(tab, book_ur
     tab.goto(book_url + METHOD_PAGE, wait_until="load")
     blocks = tab.eval_on_selector_all(
         "details.sd-dropdown div.highlight",
-        "blocks => blocks.map(b => ({text: b.textContent, open: b.closest('details').open,"
-        " tokens: b.querySelectorAll('span.nf').length}))")
+        "blocks => blocks.map(b => {const pre = b.querySelector('pre');"
+        " return {text: b.textContent, open: b.closest('details').open,"
+        " tokens: b.querySelectorAll('span.nf').length,"
+        " overflow: pre.scrollWidth - pre.clientWidth,"
+        " font: parseFloat(getComputedStyle(pre).fontSize)};})")
     shown = {name: [block for block in blocks if f"def {name}(" in block["text"]] for name in METHOD_CODE}
     missing = [name for name, found in shown.items() if not found]
     assert not missing, f"{METHOD_PAGE} does not show the code of {missing}"
@@ -523,6 +526,13 @@ def test_the_method_page_shows_the_updates_code_beside_its_formulas(tab, book_ur
     assert not folded, f"{METHOD_PAGE} folds the code of {folded} away"
     plain = [name for name, found in shown.items() if not any(block["tokens"] > 0 for block in found)]
     assert not plain, f"{METHOD_PAGE} shows the code of {plain} without highlighting"
+    # read at the book's default screen, the code fits the column: no scroll bar, legible text
+    wide = {name: max(block["overflow"] for block in found) for name, found in shown.items()
+            if any(block["overflow"] > 1 for block in found)}
+    assert not wide, f"{METHOD_PAGE}: code wider than its column (px of horizontal scroll): {wide}"
+    small = {name: min(block["font"] for block in found) for name, found in shown.items()
+             if any(block["font"] < 10 for block in found)}
+    assert not small, f"{METHOD_PAGE}: code set below 10 px: {small}"
 
 
 def test_the_from_scratch_chapter_is_in_the_book_and_its_navigation(tab, book_url, book_pages):

@@ -113,3 +113,28 @@ def test_the_cell_bar_counts_a_real_notebooks_cells(tmp_path):
     assert seconds > 0 and "03_tiny.ipynb" in shown
     assert "4/4" in shown              # the three cells and the parameters papermill injects
     assert cell_progress("x.ipynb")["disable"] is None
+
+
+def included_functions(page: Path) -> list[tuple[Path, str]]:
+    """The (source file, object) pairs that ``page`` shows with ``literalinclude`` ``:pyobject:``."""
+    import re
+    found = re.findall(r"```\{literalinclude\} (\S+)\n:pyobject: (\w+)", page.read_text())
+    return [((page.parent / source).resolve(), name) for source, name in found]
+
+
+def test_the_code_the_method_page_shows_keeps_to_79_columns():
+    """The column the browser test measures holds 79 characters of the book's code font: a
+    longer line of a function the method page includes would need a horizontal scroll bar."""
+    import ast
+    shown = included_functions(build.REPO / "book" / "method.md")
+    assert len(shown) >= 7, f"book/method.md includes only {shown}"
+    wide = []
+    for source, name in shown:
+        lines = source.read_text().splitlines()
+        nodes = [n for n in ast.parse(source.read_text()).body if getattr(n, "name", None) == name]
+        assert nodes, f"book/method.md includes {name}, which {source.name} does not define"
+        node = nodes[0]
+        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        wide += [f"{source.name}:{first + i} ({len(line)} characters, in {name})"
+                 for i, line in enumerate(lines[first - 1:node.end_lineno]) if len(line) > 79]
+    assert not wide, f"lines the method page shows are over 79 characters: {wide}"

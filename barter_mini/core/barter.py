@@ -166,11 +166,14 @@ class TransferSchedule:
 
 # ----------------------------------------------------------------------------- selection
 
-def select_receiver(stats: list[LayerStatistics], counts: list[int], full_width: int,
-                    rng: np.random.Generator | None = None, rule: str = "mean-importance") -> int | None:
-    """The eligible layer with the highest growth priority ``P_l`` under ``rule`` (random if ``rng``).
+def select_receiver(stats: list[LayerStatistics], counts: list[int],
+                    full_width: int, rng: np.random.Generator | None = None,
+                    rule: str = "mean-importance") -> int | None:
+    """The eligible layer with the highest growth priority ``P_l`` under
+    ``rule`` (random if ``rng``).
 
-    Eligible: below full width and holding at least one unit with statistics to clone.
+    Eligible: below full width and holding at least one unit with statistics
+    to clone.
     """
     eligible = [layer for layer, (s, n) in enumerate(zip(stats, counts))
                 if n < full_width and bool((s.age > 0).any())]
@@ -181,12 +184,16 @@ def select_receiver(stats: list[LayerStatistics], counts: list[int], full_width:
     return max(eligible, key=lambda layer: stats[layer].growth_priority(rule))
 
 
-def select_donors(stats: list[LayerStatistics], counts: list[int], receiver: int, k: int,
-                  min_age: int, rng: np.random.Generator | None = None) -> list[tuple[int, int]]:
-    """Up to ``k`` (layer, unit) pairs outside ``receiver`` with the lowest pruning scores.
+def select_donors(stats: list[LayerStatistics], counts: list[int],
+                  receiver: int, k: int, min_age: int,
+                  rng: np.random.Generator | None = None
+                  ) -> list[tuple[int, int]]:
+    """Up to ``k`` (layer, unit) pairs outside ``receiver`` with the lowest
+    pruning scores.
 
-    Units younger than ``min_age`` steps are not eligible, and no layer gives its last unit.
-    Scores are compared globally, across layers (random order if ``rng``).
+    Units younger than ``min_age`` steps are not eligible, and no layer gives
+    its last unit. Scores are compared globally, across layers (random order
+    if ``rng``).
     """
     candidates = []
     for layer, s in enumerate(stats):
@@ -196,7 +203,8 @@ def select_donors(stats: list[LayerStatistics], counts: list[int], receiver: int
         for unit in torch.nonzero(s.age >= min_age).flatten().tolist():
             candidates.append((float(scores[unit]), layer, unit))
     if rng is not None:
-        candidates = [candidates[i] for i in rng.permutation(len(candidates))]
+        order = rng.permutation(len(candidates))
+        candidates = [candidates[i] for i in order]
     else:
         candidates.sort()
     remaining = list(counts)
@@ -210,10 +218,14 @@ def select_donors(stats: list[LayerStatistics], counts: list[int], receiver: int
     return donors
 
 
-def select_parents(stats: LayerStatistics, k: int, score: str = "pressure") -> list[int]:
-    """The ``k`` units of the receiver with the highest growth scores (``pressure``) or
-    pruning scores (``importance``); unscored units last."""
-    ranked = stats.growth_scores() if score == "pressure" else stats.pruning_scores()
+def select_parents(stats: LayerStatistics, k: int,
+                   score: str = "pressure") -> list[int]:
+    """The ``k`` units of the receiver with the highest growth scores
+    (``pressure``) or pruning scores (``importance``); unscored units last."""
+    if score == "pressure":
+        ranked = stats.growth_scores()
+    else:
+        ranked = stats.pruning_scores()
     scores = torch.nan_to_num(ranked, nan=-math.inf)
     return torch.topk(scores, k).indices.tolist()
 
@@ -227,53 +239,72 @@ def check_units(kind: str, units: list[int], count: int, action: str) -> None:
         raise BarterError(f"cannot {action} {kind} {bad}: the layer has {count} {kind}, indices 0..{count - 1}")
 
 
-def prune(block: nn.Module, kind: str, victims: list[int], stats: LayerStatistics,
+def prune(block: nn.Module, kind: str, victims: list[int],
+          stats: LayerStatistics,
           optimizer: torch.optim.Optimizer | None) -> None:
-    """Remove ``victims`` from the layer's tensors, optimizer state and statistics."""
+    """Remove ``victims`` from the layer's tensors, optimizer state and
+    statistics."""
     count = unit_count(block, kind)
     check_units(kind, victims, count, "prune")
     if len(set(victims)) != len(victims):
-        duplicates = sorted({u for u in victims if victims.count(u) > 1})
-        raise BarterError(f"cannot prune {kind} {duplicates} twice: victims must be distinct")
+        twice = sorted({u for u in victims if victims.count(u) > 1})
+        raise BarterError(f"cannot prune {kind} {twice} twice: victims "
+                          "must be distinct")
     if len(victims) >= count:
-        raise BarterError(f"pruning {len(victims)} of {count} {kind} would empty the layer: "
-                          "at most all but one may go")
+        raise BarterError(f"pruning {len(victims)} of {count} {kind} would "
+                          "empty the layer: at most all but one may go")
     doomed = set(victims)
-    keep = torch.tensor([u for u in range(unit_count(block, kind)) if u not in doomed])
+    keep = torch.tensor([u for u in range(count) if u not in doomed])
     regather_units(block, kind, keep, torch.ones(len(keep)), optimizer)
     stats.regather(keep, reset=torch.zeros(len(keep), dtype=torch.bool))
 
 
-def clone(block: nn.Module, kind: str, parents: list[int], stats: LayerStatistics,
-          optimizer: torch.optim.Optimizer | None, *, alpha: float = BarterSettings.split_alpha,
-          symmetry_noise: float = BarterSettings.symmetry_noise, generator: torch.Generator | None = None,
-          clone_moments: str = BarterSettings.clone_moments, warmup_steps: int = 1) -> None:
-    """Append one clone per parent: input parameters copied, output parameters split.
+def clone(block: nn.Module, kind: str, parents: list[int],
+          stats: LayerStatistics, optimizer: torch.optim.Optimizer | None, *,
+          alpha: float = BarterSettings.split_alpha,
+          symmetry_noise: float = BarterSettings.symmetry_noise,
+          generator: torch.Generator | None = None,
+          clone_moments: str = BarterSettings.clone_moments,
+          warmup_steps: int = 1) -> None:
+    """Append one clone per parent: input parameters copied, output
+    parameters split.
 
-    The parent keeps ``alpha`` of its output weights and the clone gets ``1 - alpha``, so the
-    layer computes the same function. Why symmetry breaking is needed: the two copies see
-    identical inputs and, with the optimizer state of :mod:`barter_mini.core.surgery`, gradients
-    that differ only by the factor ``alpha / (1 - alpha)``. Adam's update ``m / sqrt(v)`` is
-    invariant to that scale, so the copies would keep identical input weights for ever and
-    act as one unit. ``symmetry_noise`` > 0 adds antithetic noise to the pair's input
-    parameters (:func:`barter_mini.core.surgery.perturb_input_parameters`), which changes the
-    function only to second order; 0 keeps the clone exact. The noise alone does not separate
-    the pair under Adam (their relative distance stays near ``symmetry_noise``, whatever the
-    noise: the reallocation chapter measures it), so ``clone_moments`` decides the clone's optimizer state:
-    ``split`` (the remap: exact, lockstep), ``fresh`` (both moments zeroed: the clone diverges,
-    but Adam bias-corrects with the tensor's shared step count, so its first steps are
-    several times the normal size) or ``zero-momentum`` (first moment zeroed, split second
-    moment kept: normal step sizes, the parent's momentum separates the two) or ``warmup``
-    (zeroed as ``fresh``, the clone's updates ramped in over ``warmup_steps``: SMET's
-    optimizer warm-up, :mod:`barter_mini.core.warmup`). Every default is
-    :class:`BarterSettings`' own: ``fresh`` moments, chosen on validation (the large early
-    steps that separate the pair pay, the gentle separation of ``zero-momentum`` does not).
+    The parent keeps ``alpha`` of its output weights and the clone gets
+    ``1 - alpha``, so the layer computes the same function.
+
+    Why symmetry breaking is needed: the two copies see identical inputs and,
+    with the optimizer state of :mod:`barter_mini.core.surgery`, gradients
+    that differ only by the factor ``alpha / (1 - alpha)``. Adam's update
+    ``m / sqrt(v)`` is invariant to that scale, so the copies would keep
+    identical input weights for ever and act as one unit. ``symmetry_noise``
+    > 0 adds antithetic noise to the pair's input parameters
+    (:func:`barter_mini.core.surgery.perturb_input_parameters`), which changes
+    the function only to second order; 0 keeps the clone exact. The noise
+    alone does not separate the pair under Adam (their relative distance
+    stays near ``symmetry_noise``, whatever the noise: the reallocation
+    chapter measures it), so ``clone_moments`` decides the clone's optimizer
+    state:
+
+    - ``split``: the remap; exact, the pair moves in lockstep;
+    - ``fresh``: both moments zeroed; the clone diverges, but Adam
+      bias-corrects with the tensor's shared step count, so its first steps
+      are several times the normal size;
+    - ``zero-momentum``: first moment zeroed, split second moment kept;
+      normal step sizes, the parent's momentum separates the two;
+    - ``warmup``: zeroed as ``fresh``, the clone's updates ramped in over
+      ``warmup_steps`` (SMET's optimizer warm-up,
+      :mod:`barter_mini.core.warmup`).
+
+    Every default is :class:`BarterSettings`' own: ``fresh`` moments, chosen
+    on validation (the large early steps that separate the pair pay, the
+    gentle separation of ``zero-momentum`` does not).
     """
     count, k = unit_count(block, kind), len(parents)
     check_units(kind, parents, count, "clone")
     if len(set(parents)) != k:
-        raise BarterError(f"cannot clone {kind} {sorted({u for u in parents if parents.count(u) > 1})} twice "
-                          "in one update: parents must be distinct")
+        twice = sorted({u for u in parents if parents.count(u) > 1})
+        raise BarterError(f"cannot clone {kind} {twice} twice in one update: "
+                          "parents must be distinct")
     parent_index = torch.tensor(parents, dtype=torch.long)
     clone_index = torch.arange(count, count + k)
     sources = torch.cat([torch.arange(count), parent_index])
@@ -285,13 +316,18 @@ def clone(block: nn.Module, kind: str, parents: list[int], stats: LayerStatistic
         reset_optimizer_state(block, kind, clone_index, optimizer)
     if clone_moments == "warmup":
         for spec in unit_parameters(block, kind):
-            born = torch.zeros(spec.tensor.shape, dtype=torch.bool, device=spec.tensor.device)
-            born.index_fill_(spec.axis, spec.element_index(clone_index.to(born.device), count + k), True)
+            born = torch.zeros(spec.tensor.shape, dtype=torch.bool,
+                               device=spec.tensor.device)
+            elements = spec.element_index(clone_index.to(born.device),
+                                          count + k)
+            born.index_fill_(spec.axis, elements, True)
             start_warmup(optimizer, spec.tensor, born, warmup_steps)
     elif clone_moments == "zero-momentum":
-        reset_optimizer_state(block, kind, clone_index, optimizer, only=MOMENTUM_STATES)
+        reset_optimizer_state(block, kind, clone_index, optimizer,
+                              only=MOMENTUM_STATES)
     if symmetry_noise > 0:
-        perturb_input_parameters(block, kind, parent_index, clone_index, alpha, symmetry_noise, generator)
+        perturb_input_parameters(block, kind, parent_index, clone_index,
+                                 alpha, symmetry_noise, generator)
     fresh = torch.zeros(count + k, dtype=torch.bool)
     fresh[parent_index] = True
     fresh[clone_index] = True
@@ -313,9 +349,11 @@ class Transfer:
         return len(self.parents)
 
 
-def receiver_room(counts: list[int], receiver: int, full_width: int, k: int) -> int:
-    """How many of ``k`` units the receiver can take: no more than it lacks of full width,
-    and no more than it holds (every clone needs its own parent)."""
+def receiver_room(counts: list[int], receiver: int, full_width: int,
+                  k: int) -> int:
+    """How many of ``k`` units the receiver can take: no more than it lacks
+    of full width, and no more than it holds (every clone needs its own
+    parent)."""
     return min(k, full_width - counts[receiver], counts[receiver])
 
 

@@ -166,14 +166,17 @@ def unit_l1_norms(block: nn.Module, kind: str) -> torch.Tensor:
     return norms
 
 
-def remap_optimizer_state(optimizer: torch.optim.Optimizer | None, old: nn.Parameter,
-                          new: nn.Parameter, spec: UnitParameter, index: torch.Tensor,
+def remap_optimizer_state(optimizer: torch.optim.Optimizer | None,
+                          old: nn.Parameter, new: nn.Parameter,
+                          spec: UnitParameter, index: torch.Tensor,
                           gradient_scale: torch.Tensor | None) -> None:
-    """Move ``old``'s optimizer state to ``new``, gathered along the unit axis.
+    """Move ``old``'s optimizer state to ``new``, gathered along the unit
+    axis.
 
-    ``gradient_scale`` (per new element, or None) is how much larger the new entry's
-    gradient is than the old one's; first moments scale by it, second moments by its square.
-    The param groups are pointed at ``new``, so LR schedulers and weight decay keep working.
+    ``gradient_scale`` (per new element, or None) is how much larger the new
+    entry's gradient is than the old one's; first moments scale by it, second
+    moments by its square. The param groups are pointed at ``new``, so LR
+    schedulers and weight decay keep working.
     """
     if optimizer is None:
         return
@@ -186,11 +189,14 @@ def remap_optimizer_state(optimizer: torch.optim.Optimizer | None, old: nn.Param
     for key, value in state.items():
         if torch.is_tensor(value) and value.shape == old.shape:
             if key not in STATE_GRADIENT_POWER:
-                raise BarterError(f"cannot remap optimizer state {key!r}: supported are "
-                                  f"{', '.join(STATE_GRADIENT_POWER)} (AdamW, Adam, SGD)")
+                supported = ", ".join(STATE_GRADIENT_POWER)
+                raise BarterError(f"cannot remap optimizer state {key!r}: "
+                                  f"supported are {supported} (AdamW, Adam, "
+                                  "SGD)")
             value = value.index_select(spec.axis, index)
             if gradient_scale is not None:
-                value = value * gradient_scale ** STATE_GRADIENT_POWER[key]
+                power = STATE_GRADIENT_POWER[key]
+                value = value * gradient_scale ** power
         remapped[key] = value
     optimizer.state[new] = remapped
 
