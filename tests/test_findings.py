@@ -98,3 +98,26 @@ def test_setup_objects_render_as_readable_tables():
     bench = BENCH_PROFILES["smoke"]._repr_markdown_()
     assert "| paper models | (`cct-mini`, 16) |" in bench and "| all densities executed | no |" in bench
     assert "| pretrain classes | all |" in PAPER_TRANSFER._repr_markdown_()
+
+
+def test_composed_sentences_never_print_a_rounded_zero_as_a_result():
+    """The edge values (zero, equal, below the printed precision): no "0.0x", no "0.000 ms",
+    no sign compared on "+0.00" and no "at most 0.00 %"."""
+    from barter_mini.book.efficiency import what_this_showed as efficiency_showed
+    from barter_mini.book.transfer_counts import what_this_showed as transfer_showed
+    free = _multiplier_runs().assign(update_ms_per_step=lambda frame: frame["multiplier"] * 1e-5)
+    text = transfer_showed(free)
+    assert "under 0.001 ms per training step at 1x and under 0.001 ms at 4x" in text
+    assert "0.0x" not in text and "0.000 ms" not in text and "inf" not in text
+    equal = _multiplier_runs().assign(update_ms_per_step=0.05)
+    assert "0.050 ms per training step at 1x and 0.050 ms at 4x (1.0x)" in transfer_showed(equal)
+    ours = pd.DataFrame({"method": ["static", "random_receiver"], "acc_diff": [0.001, -0.4]})
+    paper = pd.DataFrame({"method": ["static", "random_receiver"], "acc_diff": [-1.05, 0.0]})
+    text = ablation_findings(ours, paper, pd.DataFrame(), seeds=1)
+    assert "opposite sign" not in text and "same sign" not in text
+    assert text.count("no sign to compare at this rounding") == 2
+    comparison = pd.DataFrame([
+        {"model": "cct-mini", "execution": "eager", "density": 0.3, "speedup": 1.1, "ideal_speedup": 1.5,
+         "efficiency": 0.7, "memory_fraction": 0.8, "update_percent_of_training": 0.0}])
+    text = efficiency_showed(comparison, "cpu")
+    assert "less than 0.01 % of training time" in text and "0.00 %" not in text

@@ -136,8 +136,8 @@ def what_this_showed(comparison: pd.DataFrame, device: str) -> str:
             f"{r['ideal_speedup']:.2f}x, so {100 * r['efficiency']:.0f} % of it) with "
             f"{100 * r['memory_fraction']:.0f} % of RigL's peak memory" for r in cases)
         updates = rows["update_percent_of_training"].max()
-        lines.append(f"- **{model}** on {device}: {said}. Its topology updates took at most "
-                     f"{updates:.2f} % of training time.")
+        share = f"at most {updates:.2f} %" if updates >= 0.005 else "less than 0.01 %"
+        lines.append(f"- **{model}** on {device}: {said}. Its topology updates took {share} of training time.")
     lines.append("")
     lines.append("The FLOPs-ideal speedup is what the compact model could give if time followed FLOPs; "
                  "the gap to it is the fixed, width-independent work that section 2's profile shows.")

@@ -20,6 +20,14 @@ def _points(value: float) -> str:
     return f"{value:+.2f} points"
 
 
+def _sign_words(ours: float, theirs: float) -> str:
+    """Whether two differences have the same sign, compared only where both print as
+    nonzero points: ``+0.00`` has no sign to agree or disagree with."""
+    if round(ours, 2) == 0 or round(theirs, 2) == 0:
+        return "no sign to compare at this rounding"
+    return "the same sign" if (ours < 0) == (theirs < 0) else "the opposite sign"
+
+
 def _seed_caveat(seeds: int) -> str:
     if seeds < 2:
         return ("These are single runs (one seed): a gap of a few tenths of a point is within what "
@@ -77,8 +85,7 @@ def ablation_findings(ours: pd.DataFrame, paper: pd.DataFrame, moved: pd.DataFra
         said = ""
         if row["method"] in paper.index:
             theirs = paper.loc[row["method"], "acc_diff"]
-            agrees = (row["acc_diff"] < 0) == (theirs < 0)
-            said = f" (the paper: {_points(theirs)}; {'the same sign' if agrees else 'the opposite sign'})"
+            said = f" (the paper: {_points(theirs)}; {_sign_words(row['acc_diff'], theirs)})"
         below += row["acc_diff"] < 0
         lines.append(f"- **{row['method']}**: {_points(row['acc_diff'])} of test Top-1 against BARTER{said}.")
     lines.append("")

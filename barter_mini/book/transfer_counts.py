@@ -128,6 +128,11 @@ def plot_multipliers(runs: pd.DataFrame):
     return fig
 
 
+def _milliseconds(value: float) -> str:
+    """``0.020 ms``; below what three decimals show, ``under 0.001 ms`` (never ``0.000 ms``)."""
+    return f"{value:.3f} ms" if value >= 0.0005 else "under 0.001 ms"
+
+
 def what_this_showed(runs: pd.DataFrame) -> str:
     """Chapter 08's conclusion as Markdown from its own runs: what the largest multiplier gained
     over the smallest (test Top-1, mean over seeds, beside the paper's Table 16 gain over the
@@ -153,8 +158,11 @@ def what_this_showed(runs: pd.DataFrame) -> str:
     elif abs(gain) < noise:
         line += f" That is inside the largest std over {seeds} seeds ({noise:.2f}): level."
     low_cost, high_cost = ours.loc[low, ("update_ms_per_step", "mean")], ours.loc[high, ("update_ms_per_step", "mean")]
-    cost = (f"- **Cost.** The topology updates took {low_cost:.3f} ms per training step at {low:g}x and "
-            f"{high_cost:.3f} ms at {high:g}x" + (f" ({high_cost / low_cost:.1f}x)" if low_cost > 0 else ""))
+    shown = [_milliseconds(low_cost), _milliseconds(high_cost)]
+    # a ratio of costs that print as 0.000 ms would be rounding noise ("0.0x", "infx")
+    ratio = f" ({high_cost / low_cost:.1f}x)" if min(low_cost, high_cost) >= 0.0005 else ""
+    cost = (f"- **Cost.** The topology updates took {shown[0]} per training step at {low:g}x and "
+            f"{shown[1]} at {high:g}x" + ratio)
     if low in paper.index and high in paper.index:
         cost += (f"; the paper's grew {paper.loc[high, 'update_ms_per_step'] / paper.loc[low, 'update_ms_per_step']:.1f}x "
                  "(Table 17), in proportion to the units moved")
