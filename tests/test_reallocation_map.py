@@ -58,3 +58,94 @@ def test_the_recorded_map_names_the_command_and_commit_of_every_row():
     cells = paired_cells(frame)
     assert len(cells) == frame.groupby(list(CELL)).ngroups          # every recorded cell has paired seeds
     assert (cells.seeds >= 3).all()
+
+
+# --- the book's map: its figure, its table and its reading -------------------------------
+
+from barter_mini.book.reallocation_map import (cell_runs, map_reading, map_table, paper_gaps, plot_map,  # noqa: E402
+                                                standing)
+from barter_mini.book.experiments import read_paper_table  # noqa: E402
+from barter_mini.errors import BarterError  # noqa: E402
+
+PAPER = paper_gaps(read_paper_table("table13_static_vs_barter_cct_cifar100"))
+
+
+def cell_frame(gaps, model="cct-mini", density=0.3, epochs=3, start="even", base=0.6):
+    """Runs whose paired validation gaps (points) are ``gaps``, one seed each."""
+    rows = []
+    for seed, gap in enumerate(gaps):
+        rows += [{**run_row("static", seed, base, base, density, model), "epochs": epochs, "start": start},
+                 {**run_row("barter", seed, base + gap / 100, base, density, model), "epochs": epochs,
+                  "start": start}]
+    return pd.DataFrame(rows)
+
+
+def test_standing_is_decided_by_one_standard_error_and_never_by_one_seed():
+    assert standing(0.3, 0.1) == "ahead" and standing(-0.3, 0.1) == "behind"
+    assert standing(0.1, 0.1) == "level" and standing(0.0, 0.0) == "level"
+    assert standing(0.5, math.nan) == "undecided"
+
+
+def test_the_paper_gaps_are_table_13s():
+    assert PAPER.set_index("density").gap.round(2).to_dict() == {0.1: 2.97, 0.3: 0.95, 0.5: 1.05, 0.7: 0.27}
+
+
+def test_the_reading_of_a_level_map_says_no_gain_and_names_the_largest():
+    frame = pd.concat([cell_frame([0.2, -0.2, 0.1, -0.1, 0.0]),
+                       cell_frame([0.3, -0.1, 0.2, -0.2, 0.05], model="cct-mini-deep")])
+    text = map_reading(frame, PAPER)
+    assert "ahead of Static beyond one standard error of the paired validation gap in 0" in text
+    assert "No cell shows a gain beyond the seed-to-seed noise" in text
+    assert "the depth, from cct-mini 4x10 to cct-mini-deep 7x10 (at rho 0.3, 3 ep)" in text
+    assert "+0.00 ± 0.07 (level) to +0.05 ± 0.09 (level)" in text
+    assert "0.0x" not in text and "opposite" not in text
+
+
+def test_a_lead_on_five_seeds_is_reported_with_what_five_fresh_seeds_made_of_it():
+    held = cell_frame([0.5, 0.6, 0.4, 0.5, 0.7, 0.4, 0.6, 0.5, 0.3, 0.6], model="cct-mini-deep", density=0.1)
+    lost = cell_frame([0.5, 0.6, 0.4, 0.5, 0.7, 0.1, -0.4, 0.2, -0.3, 0.0], model="cct-mini-deep-16h", density=0.1)
+    text = map_reading(pd.concat([held, lost]), PAPER)
+    assert "Confirmed on fresh seeds: cct-mini-deep 7x10, rho 0.1, 3 ep: +0.54 ± 0.05 on its first five" in text
+    assert "Not confirmed on fresh seeds: cct-mini-deep-16h 7x16, rho 0.1, 3 ep" in text
+    assert "the heads per layer" in text
+    assert "The largest lead beyond one standard error is +0.51 points, against the paper's +2.97" in text
+
+
+def test_one_seed_is_undecided_and_an_empty_map_says_so():
+    assert "(1 with one seed: undecided)" in map_reading(cell_frame([0.4]), PAPER)
+    assert map_reading(cell_frame([]).reindex(columns=COLUMNS), PAPER) == "The map has no recorded cell yet."
+
+
+def test_the_map_figure_fits_the_column_and_labels_every_cell():
+    import matplotlib
+    matplotlib.use("Agg")
+    frame = pd.concat([cell_frame([0.2, -0.2, 0.1]), cell_frame([0.1, 0.3, 0.0], start="first")])
+    cells = paired_cells(frame)
+    fig = plot_map(cells, PAPER, added=paired_cells(cell_frame([0.5, 0.2, 0.4], density=0.5)))
+    assert fig.get_size_inches()[0] <= 7
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels[:3] == ["cct-mini 4x10, rho 0.3, 3 ep", "cct-mini 4x10, rho 0.3, 3 ep, piled start",
+                          "cct-mini 4x10, rho 0.5, 3 ep (yours)"]
+    assert sum(label.startswith("paper: cct-paper 7x16") for label in labels) == 4
+    assert min(t.get_fontsize() for t in fig.axes[0].get_yticklabels()) >= 9
+    table = map_table(cells)
+    assert list(table["standing"]) == ["level", "ahead"] and list(table["seeds"]) == [3, 3]
+
+
+@pytest.mark.parametrize("spec, words", [
+    ({"density": 0.5}, "missing model"),
+    ({"model": "cct-mini", "density": 0.5, "lr": 1}, "unknown lr"),
+    ("cct-mini", "a map cell is a mapping"),
+    ({"model": "cct-mini", "density": 2}, "density"),
+])
+def test_a_bad_cell_is_a_one_line_error(spec, words):
+    with pytest.raises(BarterError, match=words) as error:
+        cell_runs(spec)
+    assert "\n" not in str(error.value)
+
+
+def test_a_cell_is_barter_and_static_per_seed_at_the_maps_settings():
+    runs = cell_runs({"model": "cct-mini-deep", "density": 0.5, "seeds": [3, 4], "start": "first"})
+    assert [(run.method, run.seed) for run in runs] == [("static", 3), ("barter", 3), ("static", 4), ("barter", 4)]
+    assert {(run.dataset, run.recipe, run.train_subset, run.epochs, run.start) for run in runs} == {
+        ("cifar10", "quick", 15000, 3, "first")}

@@ -33,6 +33,7 @@ new file: a shared cache stays readable by the group where the umask says so.
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import math
 import os
@@ -141,6 +142,17 @@ def write_atomically(path: Path, write: Callable[[str], None]) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_csv_atomically(path: Path, columns, rows) -> Path:
+    """``rows`` (mappings holding at least ``columns``) as a CSV file with a header, written
+    through :func:`write_atomically`."""
+    def write(tmp: str) -> None:
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(columns))
+            writer.writeheader()
+            writer.writerows({key: row[key] for key in columns} for row in rows)
+    return write_atomically(path, write)
 
 
 def remove_temporary_files(folder: Path, names) -> list[Path]:
