@@ -14,6 +14,7 @@ from barter_mini.book.experiments import read_paper_table
 from barter_mini.book.paper_numbers import (
     duration,
     duration_range,
+    book_substitutions,
     model_substitutions,
     paper_substitutions,
     run_time,
@@ -35,7 +36,7 @@ SUBSTITUTION = r"\{\{\s*(\w+)\s*\}\}"
 def test_every_substitution_a_page_uses_is_defined():
     used = {key for page in BOOK.glob("*.md") for key in re.findall(SUBSTITUTION, page.read_text())}
     assert used, "the introduction quotes the paper through substitutions"
-    assert used <= set(paper_substitutions()), f"undefined: {sorted(used - set(paper_substitutions()))}"
+    assert used <= set(book_substitutions()), f"undefined: {sorted(used - set(book_substitutions()))}"
 
 
 def test_the_staged_config_defines_every_substitution_a_staged_page_uses(tmp_path):

@@ -30,7 +30,7 @@ import yaml
 from ..errors import BarterError, choose
 from ..training.checkpoints import check_can_create
 from .mechanism import write_mechanism_figures
-from .paper_numbers import paper_substitutions
+from .paper_numbers import book_substitutions
 from .profiles import PROFILES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +50,7 @@ def stage_sources(stage: Path, repo: Path = REPO) -> None:
         shutil.copy2(repo / name, stage / name)
     shutil.copytree(repo / "book", stage / "book")
     stage_package_source(stage)
-    write_substitutions(stage / "_config.yml", paper_substitutions())
+    write_substitutions(stage / "_config.yml", book_substitutions())
 
 
 #: the package the book documents: its imported source, whatever repo the pages come from

@@ -5,7 +5,7 @@ Beside them, the numbers of ``barter_mini``'s own models that the pages set agai
 paper's (:func:`model_substitutions`: budgets, parameter counts, GFLOPs, the schedule), so
 that they follow the code.
 
-:func:`paper_substitutions` is what the book build writes into the staged ``_config.yml``
+:func:`book_substitutions` is what the book build writes into the staged ``_config.yml``
 (``parse.myst_substitutions``).
 """
 
@@ -20,7 +20,9 @@ from ..core.counting import count_parameters, training_gflops_per_image
 from ..core.models import build_model, get_model_config
 from ..training.data.datasets import load_dataset
 from ..training.recipes import RECIPES
+from .default_choices import defaults_substitutions
 from .experiments import paper_from_scratch, read_paper_table
+from .reallocation_map import map_headline, read_map
 
 #: CIFAR-100's official training images, of which ``load_dataset`` holds ``val_fraction`` out
 CIFAR100_TRAIN_IMAGES = 50_000
@@ -341,3 +343,15 @@ def paper_substitutions() -> dict[str, str]:
         **settings_substitutions(),
         **model_substitutions(),
     }
+
+
+def recorded_substitutions() -> dict[str, str]:
+    """What the pages state from the book's recorded measurements (``data/*.csv``, not the
+    paper's): the decision behind BARTER's defaults (:mod:`~barter_mini.book.default_choices`)
+    and the introduction's answer from the map (:func:`~barter_mini.book.reallocation_map.map_headline`)."""
+    return {**defaults_substitutions(), "map_headline": map_headline(read_map())}
+
+
+def book_substitutions() -> dict[str, str]:
+    """Every substitution the book build writes: the paper's numbers and the recorded ones."""
+    return {**paper_substitutions(), **recorded_substitutions()}

@@ -62,6 +62,8 @@ DESIGN_VARIANTS: dict[str, Variant] = {
     "statistics EMA 0.99": Variant("barter", {"stats_beta": 0.99}),
     "update every 20 steps": Variant("barter", {"delta_t": 20}),
     "paper's transfer count (x1)": Variant("barter", {"transfer_multiplier": 1.0}),
+    # the method chapter's derivation, both choices at once: the Taylor score and the exact remap
+    "barter as derived": Variant("barter", {"pruning_score": "taylor-squared", "clone_moments": "split"}),
 }
 
 #: each BarterSettings.clone_moments value -> the variant that sets it

@@ -64,13 +64,14 @@ class BarterSettings:
     #: the clone's optimizer moments (see :func:`clone`): "fresh" (both zero), "split" (the
     #: parent's, remapped so the next step is what it would have been had the split always
     #: existed) or "zero-momentum" (first moment zero, split second moment). Chosen on
-    #: validation over paired seeds (notebook 05 compares them)
+    #: CIFAR-10 validation over paired seeds against "split" (book.default_choices)
     clone_moments: str = "fresh"
     #: with clone_moments "warmup": optimizer steps over which a clone's updates ramp in
     #: (core.warmup); None: its protection period (``protected_steps``)
     warmup_steps: int | None = None
     #: the per-step pruning score, which the layer's growth priority averages: the statistics'
-    #: own default (core.unit_statistics), chosen on validation over paired seeds (notebook 05)
+    #: own default (core.unit_statistics), chosen on CIFAR-10 validation over paired seeds
+    #: against "taylor-squared" (book.default_choices)
     pruning_score: str = DEFAULT_PRUNING_SCORE
     receiver_rule: str = "mean-importance"
     #: what ranks the receiver's parents: their growth scores ("pressure") or pruning scores ("importance")
@@ -296,8 +297,8 @@ def clone(block: nn.Module, kind: str, parents: list[int],
       :mod:`barter_mini.core.warmup`).
 
     Every default is :class:`BarterSettings`' own: ``fresh`` moments, chosen
-    on validation (the large early steps that separate the pair pay, the
-    gentle separation of ``zero-momentum`` does not).
+    over ``split`` on CIFAR-10 validation (the method chapter's section on
+    the defaults; ``data/barter_defaults.csv``).
     """
     count, k = unit_count(block, kind), len(parents)
     check_units(kind, parents, count, "clone")

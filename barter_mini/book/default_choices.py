@@ -1,0 +1,115 @@
+"""BARTER's defaults decided on the book's dataset (method chapter; chapter 05, section 3).
+
+Two choices inside the paper's Figure 2 are left open by the paper and derived by the method
+chapter: the pruning score (``taylor-squared``, the Taylor importance ``EMA[tau^2]`` of
+equation ``eq-scores``, or ``magnitude``, the output-weight energy) and the clone's optimizer
+state (``split``, the exact remap, or ``fresh``, both moments zeroed). The four combinations
+are trained side by side with Static at the book's quick setting (``cct-mini`` on CIFAR-10,
+15,000 training images, 3 epochs, rho 0.3), paired by seed, and recorded in
+:data:`DEFAULTS_CSV` with the command and the commit that trained them. The package's
+defaults (:class:`~barter_mini.core.barter.BarterSettings`) are the combination with the
+highest mean paired validation gap over Static (:func:`decided_defaults`); a test holds the
+package to it, so a new measurement that decides otherwise fails until the defaults follow.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..core.barter import BarterSettings
+from ..training.checkpoints import write_csv_atomically
+
+#: the recorded runs of the decision (one row per run)
+DEFAULTS_CSV = Path(__file__).resolve().parents[2] / "data" / "barter_defaults.csv"
+#: the two choices: BarterSettings field -> (the option as derived, the other option)
+CHOICES = {"pruning_score": ("taylor-squared", "magnitude"), "clone_moments": ("split", "fresh")}
+#: the columns of :data:`DEFAULTS_CSV`
+COLUMNS = ("variant", "pruning_score", "clone_moments", "seed", "val_acc", "test_acc", "model", "dataset",
+           "density", "epochs", "train_subset", "commit", "command")
+#: how the method chapter names the datasets
+DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "fashion-mnist": "Fashion-MNIST"}
+#: the reference every combination is paired with
+REFERENCE = "static"
+
+
+def write_runs(rows: list[dict], path: Path = DEFAULTS_CSV) -> Path:
+    """``rows`` (dicts with :data:`COLUMNS`) written atomically, sorted by variant and seed."""
+    ordered = sorted(rows, key=lambda row: (str(row["variant"]), int(row["seed"])))
+    return write_csv_atomically(Path(path), COLUMNS, ordered)
+
+
+def read_runs(path: Path = DEFAULTS_CSV) -> pd.DataFrame:
+    return pd.read_csv(path, dtype={"commit": "string", "pruning_score": "string", "clone_moments": "string"},
+                       keep_default_na=False)
+
+
+def combinations(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per combination of the two choices: seeds, and the paired gap to Static in Top-1
+    points on validation (mean, sample std, standard error) and test (mean)."""
+    base = runs[runs["variant"] == REFERENCE].set_index("seed")
+    rows = []
+    for (score, moments), own in runs[runs["variant"] != REFERENCE].groupby(["pruning_score", "clone_moments"]):
+        own = own.set_index("seed")
+        seeds = own.index.intersection(base.index)
+        val = 100 * (own.loc[seeds, "val_acc"] - base.loc[seeds, "val_acc"]).to_numpy()
+        test = 100 * (own.loc[seeds, "test_acc"] - base.loc[seeds, "test_acc"]).to_numpy()
+        std = float(np.std(val, ddof=1)) if len(val) > 1 else math.nan
+        rows.append({"pruning_score": score, "clone_moments": moments, "variant": own["variant"].iloc[0],
+                     "seeds": len(seeds), "val_gap": float(val.mean()), "val_std": std,
+                     "val_sem": std / math.sqrt(len(val)), "test_gap": float(test.mean())})
+    return pd.DataFrame(rows)
+
+
+def decided_defaults(runs: pd.DataFrame) -> dict[str, str]:
+    """The combination with the highest mean paired validation gap over Static."""
+    table = combinations(runs)
+    best = table.loc[table["val_gap"].idxmax()]
+    return {setting: str(best[setting]) for setting in CHOICES}
+
+
+def choice_gap(runs: pd.DataFrame, setting: str) -> dict:
+    """One choice on its own: the derived option minus the other (points of validation
+    Top-1), per seed averaged over the other choice's options, then over the seeds; the
+    standard error is over the seeds, the independent pairs."""
+    derived, other = CHOICES[setting]
+    frame = runs[runs["variant"] != REFERENCE]
+    keep = [key for key in CHOICES if key != setting]
+    a = frame[frame[setting] == derived].set_index(keep + ["seed"])["val_acc"]
+    b = frame[frame[setting] == other].set_index(keep + ["seed"])["val_acc"]
+    both = a.index.intersection(b.index)
+    per_seed = (100 * (a.loc[both] - b.loc[both])).groupby(level="seed").mean().to_numpy()
+    std = float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else math.nan
+    return {"derived": derived, "other": other, "gap": float(per_seed.mean()),
+            "sem": std / math.sqrt(len(per_seed)), "seeds": len(per_seed)}
+
+
+def defaults_substitutions(path: Path = DEFAULTS_CSV) -> dict[str, str]:
+    """What the method chapter states about the decision, from :data:`DEFAULTS_CSV`: each
+    combination's paired gap, each choice's own gap, the setting and the seeds."""
+    runs = read_runs(path)
+    table = combinations(runs).set_index(["pruning_score", "clone_moments"])
+    subs = {}
+    for (score, moments), row in table.iterrows():
+        key = f"defaults_{score}_{moments}".replace("-", "_")
+        subs[key] = f"{row['val_gap']:+.2f} ± {row['val_sem']:.2f}"
+    for setting in CHOICES:
+        gap = choice_gap(runs, setting)
+        subs[f"defaults_{setting}_gap"] = (f"{gap['gap']:+.2f} ± {gap['sem']:.2f} points ({gap['derived']} "
+                                           f"minus {gap['other']}, {gap['seeds']} seeds)")
+    first = runs.iloc[0]
+    subs["defaults_seeds"] = f"{runs['seed'].nunique()}"
+    subs["defaults_setting"] = (f"`{first['model']}` on {DATASET_NAMES.get(first['dataset'], first['dataset'])}, {int(first['train_subset']):,} training "
+                                f"images, {int(first['epochs'])} epochs, rho {float(first['density']):g}")
+    subs["defaults_command"] = f"`{first['command']}`"
+    decided = decided_defaults(runs)
+    subs["defaults_decided"] = f"`{decided['pruning_score']}` and `\"{decided['clone_moments']}\"`"
+    return subs
+
+
+def package_defaults() -> dict[str, str]:
+    settings = BarterSettings()
+    return {setting: getattr(settings, setting) for setting in CHOICES}
