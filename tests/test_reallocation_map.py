@@ -149,3 +149,15 @@ def test_a_cell_is_barter_and_static_per_seed_at_the_maps_settings():
     assert [(run.method, run.seed) for run in runs] == [("static", 3), ("barter", 3), ("static", 4), ("barter", 4)]
     assert {(run.dataset, run.recipe, run.train_subset, run.epochs, run.start) for run in runs} == {
         ("cifar10", "quick", 15000, 3, "first")}
+
+
+def test_the_introductions_headline_is_composed_from_the_map():
+    from barter_mini.book.reallocation_map import map_headline
+    level = map_headline(pd.concat([cell_frame([0.2, -0.2, 0.1, -0.1, 0.0]),
+                                    cell_frame([0.1, -0.3, 0.2, 0.0, 0.1], density=0.1)]))
+    assert level == ("Over the 2 cells of the map, along the density (5 paired seeds each), BARTER is ahead of its own "
+                     "frozen allocation (Static) beyond one standard error in 0, and level or behind in 2.")
+    lost = cell_frame([0.5, 0.6, 0.4, 0.5, 0.7, 0.1, -0.4, 0.2, -0.3, 0.0], model="cct-mini-deep-16h", density=0.1)
+    text = map_headline(pd.concat([lost, cell_frame([0.1, 0.0, 0.2])]))
+    assert "(3 to 10 paired seeds each)" in text and "Of the 1 lead seen on five seeds, 0 held on five fresh ones." in text
+    assert "along" not in text                     # the two cells differ in more than one setting

@@ -338,3 +338,42 @@ def train_cells(specs: list[dict], cache_dir: Path | None = None) -> pd.DataFram
                          "threads": metrics["threads"], "commit": "",
                          "command": sweep_command({**vars(run), "epochs": metrics["epochs"]})})
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def map_headline(frame: pd.DataFrame) -> str:
+    """The introduction's one-sentence answer, composed from the recorded runs ``frame``: how
+    many cells show BARTER ahead of Static, by how much at most, and whether any lead seen on
+    five seeds held on five fresh ones."""
+    cells = paired_cells(frame)
+    if cells.empty:
+        return "The map has no recorded cell yet."
+    records = cells.to_dict("records")
+    ahead = [c for c in records if standing(c["val_gap"], c["val_sem"]) == "ahead"]
+    held, tried = 0, 0
+    for cell in records:
+        first, fresh = halves(frame, cell)
+        if fresh.empty:
+            continue
+        early = paired_cells(first).iloc[0]
+        if standing(early.val_gap, early.val_sem) == "ahead":
+            tried += 1
+            late = paired_cells(fresh).iloc[0]
+            held += standing(late.val_gap, late.val_sem) == "ahead"
+    seeds = f"{int(cells['seeds'].min())} to {int(cells['seeds'].max())}" if cells["seeds"].nunique() > 1 \
+        else f"{int(cells['seeds'].iloc[0])}"
+    axes = [AXES[axis].split(" (")[0] for axis in AXES
+            if any(_axis_of(a, b) == axis for a in records for b in records)]
+    along = f", along {_and(axes)}" if axes else ""
+    text = (f"Over the {len(records)} cells of the map{along} ({seeds} paired seeds each), BARTER is ahead of its "
+            f"own frozen allocation (Static) beyond one standard error in {len(ahead)}")
+    if ahead:
+        text += f", by at most {max(c['val_gap'] for c in ahead):+.2f} points of validation Top-1"
+    text += f", and level or behind in {len(records) - len(ahead)}."
+    if tried:
+        text += (f" Of the {tried} lead{'s' if tried > 1 else ''} seen on five seeds, {held} held on five fresh "
+                 "ones.")
+    return text
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
