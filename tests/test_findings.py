@@ -60,7 +60,7 @@ def test_transfer_counts_conclusion_and_figure():
     matplotlib.use("Agg")
     from barter_mini.book.transfer_counts import plot_multipliers, what_this_showed
     text = what_this_showed(_multiplier_runs())
-    assert "4x moved 1 heads and 40 FFN channels against 1 and 10 at 1x, and changed test Top-1 by +1.00 points" in text
+    assert "4x moved 1 head and 40 FFN channels against 1 and 10 at 1x, and changed test Top-1 by +1.00 points" in text
     assert "(the paper, ViT/Tiny-ImageNet: +0.53)" in text
     assert "0.020 ms per training step at 1x and 0.080 ms at 4x (4.0x); the paper's grew 4.1x" in text
     assert "decides nothing" in what_this_showed(_multiplier_runs(seeds=(0,)))
@@ -121,3 +121,20 @@ def test_composed_sentences_never_print_a_rounded_zero_as_a_result():
          "efficiency": 0.7, "memory_fraction": 0.8, "update_percent_of_training": 0.0}])
     text = efficiency_showed(comparison, "cpu")
     assert "less than 0.01 % of training time" in text and "0.00 %" not in text
+
+
+def test_counts_agree_with_their_noun_and_zeros_have_no_sign():
+    from barter_mini.book.tables import _float_format, count_noun
+    assert [count_noun(n, "head") for n in (0, 1, 1.2, 2)] == ["0 heads", "1 head", "1 head", "2 heads"]
+    shown = _float_format(pd.Series([-0.00041, 0.1234, 0.2345]), 3)
+    assert shown(-0.00041) == "0.000" and shown(-0.25) == "-0.250"
+    moved = pd.DataFrame({"method": ["barter"], "seed": [0], "heads moved": [1], "FFN channels moved": [1]})
+    text = ablation_findings(pd.DataFrame({"method": ["static"], "acc_diff": [-0.5]}),
+                             pd.DataFrame({"method": ["static"], "acc_diff": [-1.0]}), moved, seeds=1)
+    assert "barter 1 head and 1 FFN channel" in text
+
+
+def test_an_allocation_that_ends_where_it_started_is_not_said_to_have_gone_anywhere():
+    from barter_mini.book.walkthrough import _change_words
+    assert _change_words("Heads per layer", [3, 3, 3], [3, 3, 3]) == "Heads per layer ended as they started (3 / 3 / 3)"
+    assert _change_words("Heads per layer", [3, 3, 3], [2, 3, 4]) == "Heads per layer went from 3 / 3 / 3 to 2 / 3 / 4"

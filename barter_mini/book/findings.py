@@ -8,6 +8,7 @@ import pandas as pd
 
 from ..training.methods import get_method
 from .experiments import ranking
+from .tables import count_noun
 
 
 def _masked(method: str) -> bool:
@@ -96,7 +97,8 @@ def ablation_findings(ours: pd.DataFrame, paper: pd.DataFrame, moved: pd.DataFra
     if not moved.empty:
         means = moved.groupby("method", sort=False)[["heads moved", "FFN channels moved"]].mean()
         lines.append("Units that ended in another layer than they started in (mean over seeds): "
-                     + "; ".join(f"{method} {row['heads moved']:.0f} heads and {row['FFN channels moved']:.0f} "
-                                 "FFN channels" for method, row in means.iterrows()) + ".")
+                     + "; ".join(f"{method} {count_noun(row['heads moved'], 'head')} and "
+                                 f"{count_noun(row['FFN channels moved'], 'FFN channel')}"
+                                 for method, row in means.iterrows()) + ".")
     lines.append(_seed_caveat(seeds))
     return "\n".join(lines)

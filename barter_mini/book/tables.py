@@ -77,11 +77,23 @@ def _float_format(values: pd.Series, decimals: int):
     finite = [float(v) for v in values if math.isfinite(v)]
     magnitudes = [abs(v) for v in finite if v != 0]
     if magnitudes and max(magnitudes) / min(magnitudes) > SPAN_FOR_SIGNIFICANT:
-        return lambda v: f"{v:.3g}"
+        return lambda v: _unsigned_zero(f"{v:.3g}")
     places = _decimals_of(finite, decimals)
     if magnitudes and max(magnitudes) < 10 ** -places:   # every value would read 0.00
         return lambda v: f"{v:.2e}"
-    return lambda v: f"{v:,.{places}f}"
+    return lambda v: _unsigned_zero(f"{v:,.{places}f}")
+
+
+def count_noun(count: float, noun: str) -> str:
+    """``1 head``, ``3 heads``: a count (a mean is shown rounded) with its noun agreeing with
+    the number shown."""
+    shown = f"{count:.0f}"
+    return f"{shown} {noun}" + ("" if shown == "1" else "s")
+
+
+def _unsigned_zero(text: str) -> str:
+    """``-0.000`` (a tiny negative rounded away) reads ``0.000``: a zero has no sign."""
+    return text[1:] if text.startswith("-") and not any(c in "123456789" for c in text) else text
 
 
 def page_frame(frame: pd.DataFrame) -> pd.DataFrame:

@@ -24,6 +24,7 @@ from ..training.run_config import RunConfig
 from .experiments import mean_std, profile_run, read_paper_table
 from .profiles import Profile
 from .report import BARTER_COLOR, require_method_legend
+from .tables import count_noun
 
 def multiplier_run(setup: Profile, multiplier: float, density: float, seed: int) -> RunConfig:
     """The profile's BARTER run with the paper's transfer counts times ``multiplier``."""
@@ -146,8 +147,8 @@ def what_this_showed(runs: pd.DataFrame) -> str:
     gain = ours.loc[high, ("acc", "mean")] - ours.loc[low, ("acc", "mean")]
     seeds = int(runs.groupby("multiplier").size().min())
     noise = ours["acc", "std"].max()
-    line = (f"- **Accuracy.** {high:g}x moved {ours.loc[high, ('head_transfers', 'mean')]:.0f} heads and "
-            f"{ours.loc[high, ('ffn_transfers', 'mean')]:.0f} FFN channels against "
+    line = (f"- **Accuracy.** {high:g}x moved {count_noun(ours.loc[high, ('head_transfers', 'mean')], 'head')} and "
+            f"{count_noun(ours.loc[high, ('ffn_transfers', 'mean')], 'FFN channel')} against "
             f"{ours.loc[low, ('head_transfers', 'mean')]:.0f} and {ours.loc[low, ('ffn_transfers', 'mean')]:.0f} "
             f"at {low:g}x, and changed test Top-1 by {gain:+.2f} points")
     if low in paper.index and high in paper.index:

@@ -162,6 +162,14 @@ def run_summary(metrics: dict) -> dict:
     return {key: metrics[key] for key in RUN_SUMMARY_KEYS}
 
 
+def _change_words(what: str, first, last) -> str:
+    """``Heads per layer went from 3 / 3 to 2 / 4``, or, where the last allocation is the
+    first, that they ended as they started (never "went from 3 / 3 to 3 / 3")."""
+    if list(first) == list(last):
+        return f"{what} ended as they started ({_per_layer(first)})"
+    return f"{what} went from {_per_layer(first)} to {_per_layer(last)}"
+
+
 def _per_layer(counts) -> str:
     return " / ".join(str(c) for c in counts)
 
@@ -188,8 +196,8 @@ def what_this_showed(update: dict, metrics: dict) -> str:
         f"{update['clone_output_change']:.1e} after cloning (float rounding: the split keeps the function) "
         f"and {update['prune_output_change']:.1e} after pruning the least useful channels.",
         f"- **Training moves capacity under fixed budgets.** The run of section 3 executed {moved}. "
-        f"Heads per layer went from {_per_layer(first['heads'])} to {_per_layer(last['heads'])}, FFN "
-        f"channels from {_per_layer(first['ffn'])} to {_per_layer(last['ffn'])}.{no_heads} It reached "
+        f"{_change_words('Heads per layer', first['heads'], last['heads'])}; "
+        f"{_change_words('FFN channels per layer', first['ffn'], last['ffn'])}.{no_heads} It reached "
         f"{100 * metrics['val_acc']:.1f} % validation and {100 * metrics['test_acc']:.1f} % test Top-1; "
         "whether the moves beat the frozen even allocation is the question of chapter 05.",
     ]
