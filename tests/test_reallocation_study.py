@@ -133,6 +133,12 @@ def test_plain_summary_follows_the_numbers():
     assert "the updates find a better allocation" in study.plain_summary(
         study.paired_against(even, "static"), study.paired_against(better, "static"),
         study.paired_against(poor, "static, piled start"))
+    piled_better = frame({"static, piled start": [(79.0, 76.0), (78.0, 75.5), (80.0, 77.0)],
+                          "static": [(78.0, 77.0), (77.0, 76.0), (79.0, 78.0)],
+                          "barter, piled start": [(79.0, 77.0), (78.0, 76.0), (80.0, 78.0)]})
+    text = study.plain_summary(study.paired_against(even, "static"), study.paired_against(worse_start, "static"),
+                               study.paired_against(piled_better, "static, piled start"))
+    assert "the piled start is worth +1.00 points to Static over the even one" in text and "worth -" not in text
 
 
 def test_plain_summary_refuses_to_conclude_from_one_seed():

@@ -353,7 +353,9 @@ def plain_summary(headline: pd.DataFrame, found: pd.DataFrame, poor: pd.DataFram
         lines.append(f"Static trained from the allocation BARTER ends with is above the even Static "
                      f"({found_gap:+.2f}): the updates find a better allocation, and BARTER's own gap is what "
                      "it keeps of it after paying for the moves on the way there (section 2).")
-    lines.append(f"How much the allocation matters at all: the even start is worth {cost:+.2f} points to "
-                 f"Static over the piled one, and from the piled start BARTER is {_side(repair, repair_error)} "
-                 f"Static ({repair:+.2f}).")
+    # a negative worth reads as a riddle: say which start is the better one
+    better = (f"the even start is worth {cost:+.2f} points to Static over the piled one" if cost >= 0 else
+              f"the piled start is worth {-cost:+.2f} points to Static over the even one")
+    lines.append(f"How much the allocation matters at all: {better}, and from the piled start BARTER is "
+                 f"{_side(repair, repair_error)} Static ({repair:+.2f}).")
     return " ".join(lines)
