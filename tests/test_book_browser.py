@@ -409,6 +409,32 @@ TABLE_WIDTHS_JS = """() => {
 }"""
 
 
+#: per code block a reader copies (cell inputs, Markdown code: not outputs), its sideways overflow
+CODE_OVERFLOW_JS = """() => Array.from(document.querySelectorAll(
+        'article div[class*="highlight-ipython"] pre, article div[class*="highlight-python"] pre, '
+        + 'article div[class*="highlight-bash"] pre'))
+    .map(pre => ({overflow: pre.scrollWidth - pre.clientWidth, start: pre.textContent.trim().slice(0, 60)}))
+    .filter(block => block.overflow > 1)"""
+
+
+def test_no_code_block_scrolls_sideways_at_1280_pixels(chromium_browser, book_url, book_pages):
+    """Code cells, papermill commands and answers wrap at the column (book/_static/book.css)
+    on every page: a long command is the first thing a reader copies."""
+    context = chromium_browser.new_context(viewport={"width": 1280, "height": 800})
+    context.set_default_timeout(TIMEOUT_MS)
+    try:
+        tab = context.new_page()
+        wide = {}
+        for path in book_pages:
+            tab.goto(book_url + path, wait_until="load")
+            found = tab.evaluate(CODE_OVERFLOW_JS)
+            if found:
+                wide[path] = found[:3]
+        assert not wide, f"code blocks wider than the column: {wide}"
+    finally:
+        context.close()
+
+
 def test_tables_fit_the_content_column_at_1280_pixels(chromium_browser, book_url, book_pages):
     """No table is wider than the content column (none needs a scroll bar), nor the page wider
     than the screen, in the chapters whose tables used to run off it."""

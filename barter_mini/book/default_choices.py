@@ -43,6 +43,7 @@ def write_runs(rows: list[dict], path: Path = DEFAULTS_CSV) -> Path:
 
 
 def read_runs(path: Path = DEFAULTS_CSV) -> pd.DataFrame:
+    """The recorded runs (one row per run, accuracies as fractions)."""
     return pd.read_csv(path, dtype={"commit": "string", "pruning_score": "string", "clone_moments": "string"},
                        keep_default_na=False)
 
@@ -111,5 +112,6 @@ def defaults_substitutions(path: Path = DEFAULTS_CSV) -> dict[str, str]:
 
 
 def package_defaults() -> dict[str, str]:
+    """The two settings as :class:`~barter_mini.core.barter.BarterSettings` ships them."""
     settings = BarterSettings()
     return {setting: getattr(settings, setting) for setting in CHOICES}
