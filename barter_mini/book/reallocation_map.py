@@ -117,7 +117,7 @@ def paired_cells(frame: pd.DataFrame) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- the book's map
 
 #: the settings a cell varies, in the words of the map's reading
-AXES = {"depth": "the depth", "heads": "the heads per layer (at rho 0.1: whether a head can move)",
+AXES = {"depth": "the depth", "heads": "the heads per layer",
         "density": "the density", "epochs": "the training length", "start": "the start"}
 #: the models of the map, one change apart: (from, to) -> the axis it changes
 MODEL_STEPS = {("cct-mini", "cct-mini-deep"): "depth", ("cct-mini-deep", "cct-mini-deep-16h"): "heads"}
