@@ -14,14 +14,13 @@ package to it, so a new measurement that decides otherwise fails until the defau
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from ..core.barter import BarterSettings
 from ..training.checkpoints import write_csv_atomically
+from .reallocation_map import paired_summary
 
 #: the recorded runs of the decision (one row per run)
 DEFAULTS_CSV = Path(__file__).resolve().parents[2] / "data" / "barter_defaults.csv"
@@ -58,10 +57,10 @@ def combinations(runs: pd.DataFrame) -> pd.DataFrame:
         seeds = own.index.intersection(base.index)
         val = 100 * (own.loc[seeds, "val_acc"] - base.loc[seeds, "val_acc"]).to_numpy()
         test = 100 * (own.loc[seeds, "test_acc"] - base.loc[seeds, "test_acc"]).to_numpy()
-        std = float(np.std(val, ddof=1)) if len(val) > 1 else math.nan
+        gap, std, sem = paired_summary(val)
         rows.append({"pruning_score": score, "clone_moments": moments, "variant": own["variant"].iloc[0],
-                     "seeds": len(seeds), "val_gap": float(val.mean()), "val_std": std,
-                     "val_sem": std / math.sqrt(len(val)), "test_gap": float(test.mean())})
+                     "seeds": len(seeds), "val_gap": gap, "val_std": std, "val_sem": sem,
+                     "test_gap": float(test.mean())})
     return pd.DataFrame(rows)
 
 
@@ -83,9 +82,8 @@ def choice_gap(runs: pd.DataFrame, setting: str) -> dict:
     b = frame[frame[setting] == other].set_index(keep + ["seed"])["val_acc"]
     both = a.index.intersection(b.index)
     per_seed = (100 * (a.loc[both] - b.loc[both])).groupby(level="seed").mean().to_numpy()
-    std = float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else math.nan
-    return {"derived": derived, "other": other, "gap": float(per_seed.mean()),
-            "sem": std / math.sqrt(len(per_seed)), "seeds": len(per_seed)}
+    gap, _, sem = paired_summary(per_seed)
+    return {"derived": derived, "other": other, "gap": gap, "sem": sem, "seeds": len(per_seed)}
 
 
 def defaults_substitutions(path: Path = DEFAULTS_CSV) -> dict[str, str]:

@@ -61,13 +61,19 @@ def rows_from_cache(cache_dir: Path, commit: str) -> list[dict]:
         run = metrics["run"]
         if run["method"] not in PAIR:
             continue
-        rows.append({"model": run["model"], "dataset": run["dataset"], "density": run["density"],
-                     "epochs": metrics["epochs"], "train_subset": run.get("train_subset") or "",
-                     "start": run.get("start", "even"), "method": run["method"], "seed": run["seed"],
-                     "val_acc": metrics["val_acc"], "test_acc": metrics["test_acc"],
-                     "train_time_s": round(metrics["train_time_s"], 1), "threads": metrics["threads"],
-                     "commit": commit, "command": sweep_command({**run, "epochs": metrics["epochs"]})})
+        rows.append(map_row(run, metrics, commit))
     return rows
+
+
+def map_row(run: dict, metrics: dict, commit: str) -> dict:
+    """One run as a row of the map (:data:`COLUMNS`): ``run`` its settings, ``metrics`` its
+    metrics.json, ``commit`` the code that trained it (empty for a reader's own run)."""
+    return {"model": run["model"], "dataset": run["dataset"], "density": run["density"],
+            "epochs": metrics["epochs"], "train_subset": run.get("train_subset") or "",
+            "start": run.get("start", "even"), "method": run["method"], "seed": run["seed"],
+            "val_acc": metrics["val_acc"], "test_acc": metrics["test_acc"],
+            "train_time_s": round(metrics["train_time_s"], 1), "threads": metrics["threads"],
+            "commit": commit, "command": sweep_command({**run, "epochs": metrics["epochs"]})}
 
 
 def write_map(rows: list[dict], path: Path = MAP_CSV) -> Path:
@@ -93,6 +99,14 @@ def read_map(path: Path = MAP_CSV) -> pd.DataFrame:
     return frame
 
 
+def paired_summary(gaps) -> tuple[float, float, float]:
+    """Mean, sample standard deviation (n - 1) and standard error ``std / sqrt(n)`` of paired
+    differences; one difference has no spread (NaN)."""
+    gaps = np.asarray(gaps, dtype=float)
+    std = float(np.std(gaps, ddof=1)) if len(gaps) > 1 else math.nan
+    return float(np.mean(gaps)), std, std / math.sqrt(len(gaps))
+
+
 def paired_cells(frame: pd.DataFrame) -> pd.DataFrame:
     """Per cell: the seeds both methods ran (``seeds``), the paired difference BARTER - Static
     in Top-1 points on validation and test (mean, std, standard error), and what a run cost
@@ -107,9 +121,8 @@ def paired_cells(frame: pd.DataFrame) -> pd.DataFrame:
         for split in ("val", "test"):
             gaps = 100 * (by_method[PAIR[0]].loc[seeds, f"{split}_acc"].to_numpy()
                           - by_method[PAIR[1]].loc[seeds, f"{split}_acc"].to_numpy())
-            std = float(np.std(gaps, ddof=1)) if len(gaps) > 1 else math.nan
-            entry.update({f"{split}_gap": float(np.mean(gaps)), f"{split}_std": std,
-                          f"{split}_sem": std / math.sqrt(len(gaps))})
+            mean, std, sem = paired_summary(gaps)
+            entry.update({f"{split}_gap": mean, f"{split}_std": std, f"{split}_sem": sem})
         cells.append(entry)
     return pd.DataFrame(cells)
 
@@ -249,6 +262,20 @@ def halves(frame: pd.DataFrame, cell: dict) -> tuple[pd.DataFrame, pd.DataFrame]
     return own[own.seed.isin(seeds[:5])], own[own.seed.isin(seeds[5:])]
 
 
+def fresh_seed_checks(frame: pd.DataFrame, cells: list[dict]) -> list[tuple[dict, pd.Series, pd.Series]]:
+    """(cell, first five seeds, fresh seeds) for every cell ahead on its first five paired
+    seeds that has fresh ones (:func:`halves`), each half as a :func:`paired_cells` row."""
+    checks = []
+    for cell in cells:
+        first, fresh = halves(frame, cell)
+        if fresh.empty:
+            continue
+        early = paired_cells(first).iloc[0]
+        if standing(early.val_gap, early.val_sem) == "ahead":
+            checks.append((cell, early, paired_cells(fresh).iloc[0]))
+    return checks
+
+
 def map_reading(frame: pd.DataFrame, paper: pd.DataFrame) -> str:
     """The map in plain words, composed from its recorded runs ``frame``: how many cells show
     BARTER ahead, level or behind (beyond one standard error of the paired validation gap, or
@@ -269,17 +296,11 @@ def map_reading(frame: pd.DataFrame, paper: pd.DataFrame) -> str:
         parts.append("\nOne setting changed at a time (validation gap in points, ± one standard error):\n")
         parts += [f"- {AXES[axis]}, {_change_words(axis, a, b)}" for axis, a, b in
                   sorted(changes, key=lambda change: list(AXES).index(change[0]))]
-    first_five, confirmed, unconfirmed = [], [], []
-    for cell in records:
-        first, fresh = halves(frame, cell)
-        if fresh.empty:
-            continue
-        early, late = paired_cells(first).iloc[0], paired_cells(fresh).iloc[0]
-        if standing(early.val_gap, early.val_sem) == "ahead":
-            first_five.append(cell)
-            words = (f"{cell_label(cell)}: {early.val_gap:+.2f} ± {early.val_sem:.2f} on its first five seeds, "
-                     f"{late.val_gap:+.2f} ± {late.val_sem:.2f} on {int(late.seeds)} fresh ones")
-            (confirmed if standing(late.val_gap, late.val_sem) == "ahead" else unconfirmed).append(words)
+    confirmed, unconfirmed = [], []
+    for cell, early, late in fresh_seed_checks(frame, records):
+        words = (f"{cell_label(cell)}: {early.val_gap:+.2f} ± {early.val_sem:.2f} on its first five seeds, "
+                 f"{late.val_gap:+.2f} ± {late.val_sem:.2f} on {int(late.seeds)} fresh ones")
+        (confirmed if standing(late.val_gap, late.val_sem) == "ahead" else unconfirmed).append(words)
     if unconfirmed:
         parts.append("\nNot confirmed on fresh seeds: " + "; ".join(unconfirmed) + ".")
     if confirmed:
@@ -327,16 +348,8 @@ def train_cells(specs: list[dict], cache_dir: Path | None = None) -> pd.DataFram
     """The runs of the cells ``specs`` (:func:`cell_runs`) as rows of the map's form, trained
     through the run cache (a run trained before is read, not retrained); ``commit`` is left
     empty: these rows are the reader's, not recorded."""
-    rows = []
-    for spec in specs:
-        for run in cell_runs(spec):
-            metrics = cached_train(run, cache_dir)
-            rows.append({"model": run.model, "dataset": run.dataset, "density": run.density,
-                         "epochs": metrics["epochs"], "train_subset": str(run.train_subset), "start": run.start,
-                         "method": run.method, "seed": run.seed, "val_acc": metrics["val_acc"],
-                         "test_acc": metrics["test_acc"], "train_time_s": round(metrics["train_time_s"], 1),
-                         "threads": metrics["threads"], "commit": "",
-                         "command": sweep_command({**vars(run), "epochs": metrics["epochs"]})})
+    rows = [map_row({**vars(run), "train_subset": str(run.train_subset)}, cached_train(run, cache_dir), "")
+            for spec in specs for run in cell_runs(spec)]
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
@@ -349,19 +362,12 @@ def map_headline(frame: pd.DataFrame) -> str:
         return "The map has no recorded cell yet."
     records = cells.to_dict("records")
     ahead = [c for c in records if standing(c["val_gap"], c["val_sem"]) == "ahead"]
-    held, tried = 0, 0
-    for cell in records:
-        first, fresh = halves(frame, cell)
-        if fresh.empty:
-            continue
-        early = paired_cells(first).iloc[0]
-        if standing(early.val_gap, early.val_sem) == "ahead":
-            tried += 1
-            late = paired_cells(fresh).iloc[0]
-            held += standing(late.val_gap, late.val_sem) == "ahead"
+    checks = fresh_seed_checks(frame, records)
+    tried = len(checks)
+    held = sum(standing(late.val_gap, late.val_sem) == "ahead" for _, _, late in checks)
     seeds = f"{int(cells['seeds'].min())} to {int(cells['seeds'].max())}" if cells["seeds"].nunique() > 1 \
         else f"{int(cells['seeds'].iloc[0])}"
-    axes = [AXES[axis].split(" (")[0] for axis in AXES
+    axes = [AXES[axis] for axis in AXES
             if any(_axis_of(a, b) == axis for a in records for b in records)]
     along = f", along {_and(axes)}" if axes else ""
     text = (f"Over the {len(records)} cells of the map{along} ({seeds} paired seeds each), BARTER is ahead of its "
