@@ -32,6 +32,13 @@ def test_cells_pair_by_seed_and_leave_out_unpaired_seeds():
     assert cell.test_gap == pytest.approx((-1.0 + 2.0) / 2)
 
 
+def test_a_seed_run_twice_in_a_cell_is_refused_with_the_cell_named():
+    frame = pd.DataFrame([run_row("barter", 0, 0.50, 0.40), run_row("static", 0, 0.48, 0.41),
+                          run_row("barter", 0, 0.51, 0.42)])
+    with pytest.raises(ValueError, match=r"barter ran seed 0 twice in the cell cct-mini .*, rho 0.3, 3 ep: keep one"):
+        paired_cells(frame)
+
+
 def test_rows_come_from_a_real_cache_and_merge_into_the_csv(tmp_path):
     runs = [RunConfig(method=method, model="vit-mini", dataset="digits", density=0.5, seed=0, recipe="smoke",
                       epochs=1, progress=False) for method in ("static", "barter", "rigl")]

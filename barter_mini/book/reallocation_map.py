@@ -111,6 +111,11 @@ def paired_cells(frame: pd.DataFrame) -> pd.DataFrame:
     """Per cell: the seeds both methods ran (``seeds``), the paired difference BARTER - Static
     in Top-1 points on validation and test (mean, std, standard error), and what a run cost
     (median seconds of training, one thread)."""
+    twice = frame[frame.duplicated(list(CELL) + ["method", "seed"])]
+    if len(twice):
+        row = twice.iloc[0]
+        raise ValueError(f"{row.method} ran seed {row.seed} twice in the cell "
+                         f"{cell_label(dict(row))}: keep one run per method and seed")
     cells = []
     for cell, runs in frame.groupby(list(CELL), sort=True):
         by_method = {method: runs[runs.method == method].set_index("seed") for method in PAIR}
