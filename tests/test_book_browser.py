@@ -604,3 +604,72 @@ def test_every_chapter_ends_with_exercises_whose_hints_and_answers_open_on_purpo
     answer = tab.locator("details.sd-dropdown summary", has_text="Answer").last
     answer.click()
     assert answer.locator("xpath=..").evaluate("d => d.open && d.querySelector('.sd-summary-content').checkVisibility()")
+
+
+# --- figures a reader can read ------------------------------------------------------------
+
+#: every image of the page's text: where it comes from, its width on the page and its own,
+#: and the number and caption of the figure it belongs to
+FIGURES_JS = """() => Array.from(document.querySelectorAll("article img")).map(img => {
+    const figure = img.closest("figure");
+    const caption = figure ? figure.querySelector("figcaption") : null;
+    const number = caption ? caption.querySelector(".caption-number") : null;
+    return {src: img.src, shown: img.getBoundingClientRect().width, natural: img.naturalWidth,
+            id: figure ? figure.id : "", number: number ? number.innerText.trim() : "",
+            caption: caption ? caption.innerText.trim() : ""};
+})"""
+
+#: in an SVG opened by itself at its natural size: each text's rendered font size (CSS px,
+#: its font size times the scale of its coordinates on the screen) and its words
+SVG_TEXT_JS = """() => Array.from(document.querySelectorAll("text"))
+    .filter(text => text.textContent.trim())
+    .map(text => {
+        const m = text.getScreenCTM();
+        return {px: parseFloat(getComputedStyle(text).fontSize) * Math.hypot(m.a, m.b),
+                text: text.textContent.trim().slice(0, 40)};
+    })"""
+
+#: the smallest text a figure may show (barter_mini.book.figures.TEXT_FLOOR_PX)
+TEXT_FLOOR_PX = 10.0
+
+
+def test_every_figure_is_numbered_captioned_and_its_text_at_least_10_px(chromium_browser, book_url, book_pages):
+    """At 1280 px every figure of every page is SVG with its text kept as text, fits the
+    column, has a number ("Book fig. N") and a caption that says what to look at, and shows
+    no text below 10 px: each text's font size is measured in the SVG opened by itself, then
+    scaled by how much the page shrinks the image."""
+    context = chromium_browser.new_context(viewport={"width": 1280, "height": 800})
+    context.set_default_timeout(TIMEOUT_MS)
+    try:
+        tab, svg_tab = context.new_page(), context.new_page()
+        figures, problems, smallest = [], [], {}
+        for path in book_pages:
+            tab.goto(book_url + path, wait_until="load")
+            column = tab.evaluate("() => document.querySelector('article').clientWidth")
+            for figure in tab.evaluate(FIGURES_JS):
+                figures.append(figure)
+                where = f"{path} {figure['id'] or figure['src'].rsplit('/', 1)[-1]}"
+                if not figure["src"].endswith(".svg"):
+                    problems.append(f"{where}: not SVG, so its text cannot be measured")
+                    continue
+                if not figure["number"].startswith("Book fig. ") or len(figure["caption"]) < 60:
+                    problems.append(f"{where}: number {figure['number']!r}, caption {figure['caption'][:60]!r}")
+                if figure["shown"] > column + 1:
+                    problems.append(f"{where}: {figure['shown']:.0f} px wide in a {column} px column")
+                if figure["src"] not in smallest:
+                    svg_tab.goto(figure["src"], wait_until="load")
+                    texts = svg_tab.evaluate(SVG_TEXT_JS)
+                    smallest[figure["src"]] = min(texts, key=lambda t: t["px"]) if texts else None
+                text = smallest[figure["src"]]
+                if text is None:
+                    problems.append(f"{where}: no text element (drawn as paths, not measurable)")
+                    continue
+                on_page = text["px"] * figure["shown"] / figure["natural"]
+                if on_page < TEXT_FLOOR_PX - 0.05:
+                    problems.append(f"{where}: {text['text']!r} at {on_page:.1f} px")
+        assert len(figures) >= 20, f"only {len(figures)} figures in the book: {[f['src'] for f in figures]}"
+        numbers = [f["number"] for f in figures]
+        assert len(set(numbers)) == len(numbers), f"figure numbers repeat: {numbers}"
+        assert not problems, "; ".join(problems)
+    finally:
+        context.close()

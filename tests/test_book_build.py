@@ -16,6 +16,7 @@ import barter_mini.book.build as build
 from barter_mini.book.build import HTML_STEP, BookBuild, cell_progress, execute_notebook, format_times
 from barter_mini.cli import main
 
+REPO = Path(__file__).resolve().parents[1]
 KERNEL = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
           "language_info": {"name": "python"}}
 
@@ -138,3 +139,22 @@ def test_the_code_the_method_page_shows_keeps_to_79_columns():
         wide += [f"{source.name}:{first + i} ({len(line)} characters, in {name})"
                  for i, line in enumerate(lines[first - 1:node.end_lineno]) if len(line) > 79]
     assert not wide, f"lines the method page shows are over 79 characters: {wide}"
+
+
+def test_the_introductions_findings_are_pasted_from_the_chapters_never_typed():
+    """Each answer of "What this book finds on a CPU" comes from a chapter's output (a
+    cross-document glue of the key the chapter glues) or from the recorded map, so the
+    introduction cannot contradict the chapters of the same build."""
+    import re
+
+    intro = (REPO / "book" / "intro.md").read_text()
+    section = intro[intro.index("## What this book finds on a CPU"):intro.index("## How this book is organised")]
+    bullets = [b for b in section.split("\n- ")[1:]]
+    assert len(bullets) == 4
+    for bullet in bullets:
+        pasted = re.findall(r"\{glue:any\}`\.\./(notebooks/\w+\.ipynb)::([\w-]+)`", bullet)
+        assert pasted or "{{ map_headline }}" in bullet, bullet
+        for notebook, key in pasted:
+            code = "\n".join(c.source for c in nbformat.read(REPO / notebook, as_version=4).cells
+                             if c.cell_type == "code")
+            assert f'glue_headline("{key}", ' in code, (notebook, key)

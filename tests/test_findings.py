@@ -138,3 +138,35 @@ def test_an_allocation_that_ends_where_it_started_is_not_said_to_have_gone_anywh
     from barter_mini.book.walkthrough import _change_words
     assert _change_words("Heads per layer", [3, 3, 3], [3, 3, 3]) == "Heads per layer ended as they started (3 / 3 / 3)"
     assert _change_words("Heads per layer", [3, 3, 3], [2, 3, 4]) == "Heads per layer went from 3 / 3 / 3 to 2 / 3 / 4"
+
+
+def test_the_introductions_efficiency_sentence_spans_the_densities_and_says_one_value_once():
+    from barter_mini.book.efficiency import headline
+    rows = [{"model": "cct-paper", "execution": "eager", "density": d, "speedup": s, "efficiency": e,
+             "memory_fraction": m} for d, s, e, m in ((0.1, 3.0, 1 / 3, 0.4), (0.5, 1.8, 0.9, 0.4))]
+    rows.append({"model": "cct-paper", "execution": "recompute", "density": 0.1, "speedup": 9.0, "efficiency": 1.0,
+                 "memory_fraction": 0.1})
+    text = headline(pd.DataFrame(rows), "cpu")
+    assert text == ("Measured on this machine (cpu): on `cct-paper` BARTER's step ran at 3.00x RigL's speed at "
+                    "rho = 0.1 and 1.80x at 0.5 (33 to 90 % of its FLOPs-ideal speedup) and held 40 % of RigL's "
+                    "peak memory.")
+    assert "at rho = 0.1 (33 %" in headline(pd.DataFrame(rows[:1]), "cpu")
+    assert headline(pd.DataFrame(rows[2:]), "cpu") == "No eager BARTER and RigL pair was measured in this build."
+
+
+def test_the_introductions_finetuning_sentence_names_the_epochs_that_buy_the_gain():
+    from barter_mini.book.finetuning import FULL, MATCHED, headline
+    rows = []
+    for seed in (0, 1, 2):
+        for method, acc, pflops in (("rigl", 80 + seed, 2.5), ("barter", 81 + seed, 1.0)):
+            rows.append({"method": method, "density": 0.3, "seed": seed, "schedule": FULL, "epochs": 3,
+                         "pflops": pflops, "acc": acc})
+        rows.append({"method": "barter", "density": 0.3, "seed": seed, "schedule": MATCHED, "epochs": 7.5,
+                     "pflops": 2.5, "acc": 84 + seed})
+    runs = pd.DataFrame(rows)
+    assert headline(runs) == (
+        "At rho = 0.3, BARTER fine-tuned for 0.40 of RigL's training compute and ended +1.00 ± 0.00 points from "
+        "RigL; given RigL's compute (7.5 epochs instead of 3, so much of the gain is simply longer training) it "
+        "gained +3.00 ± 0.00 points over its recipe epochs (3 seeds).")
+    assert headline(runs[runs["seed"] == 0]).endswith("+3.00 points over its recipe epochs (1 seed).")
+    assert headline(runs[runs["schedule"] == FULL]) == "No compute-matched BARTER run was trained in this build."

@@ -1,5 +1,6 @@
 """Notebook parameters, their failures, and the book pipeline's refusal to publish a failure."""
 
+import re
 import shutil
 from pathlib import Path
 
@@ -136,3 +137,44 @@ def test_a_failing_notebook_stops_the_build_and_is_not_published(tmp_path):
     assert (executed / "01_good.ipynb").is_file()
     assert not (executed / "02_bad.ipynb").exists()
     assert not (build / "book" / "_build" / "html").exists()
+
+
+#: a figure a notebook glues: show("fig-...", ...), or show(f"fig-...-{kind}", ...) in a loop
+SHOWN = re.compile(r'show\(\s*f?"(fig-[\w{}-]+)"')
+#: the page's numbered, captioned place for it
+GLUE_FIGURE = re.compile(r"```\{glue:figure\} (fig-[\w-]+)\n:name: (fig-[\w-]+)\n")
+
+
+def test_every_figure_is_glued_into_a_numbered_captioned_place_with_a_name_unique_in_the_book():
+    names = []
+    for notebook in NOTEBOOKS:
+        cells = nbformat.read(notebook, as_version=4).cells
+        shown = {name for c in cells if c.cell_type == "code" for name in SHOWN.findall(c.source)}
+        placed = [m.groups() for c in cells if c.cell_type == "markdown" for m in GLUE_FIGURE.finditer(c.source)]
+        assert all(key == name for key, name in placed), f"{notebook.name}: a glue key differs from its name"
+        keys = [key for key, _ in placed]
+        for name in shown:
+            pattern = re.compile("^" + re.sub(r"\\\{\w+\\\}", r"[\\w-]+", re.escape(name)) + "$")
+            assert any(pattern.match(key) for key in keys), f"{notebook.name} shows {name} but never places it"
+        for key in keys:
+            assert any(re.fullmatch(re.sub(r"\{\w+\}", r"[\\w-]+", name), key) for name in shown), \
+                f"{notebook.name} places {key}, which no cell glues"
+        assert all(not re.search(r"^plot_\w+\(", c.source, re.M) for c in cells if c.cell_type == "code"), \
+            f"{notebook.name} draws a figure bare (no number, no caption): pass it to show()"
+        names += keys
+    book = "\n".join(p.read_text() for p in (REPO / "book").glob("*.md"))
+    names += re.findall(r"```\{figure\} [^\n]+\n:name: ([\w-]+)", book)
+    assert len(names) >= 20 and len(set(names)) == len(names), names
+
+
+@pytest.mark.parametrize("notebook", [n for n in NOTEBOOKS if not n.name.startswith("00_")], ids=lambda p: p.name)
+def test_wiring_cells_are_collapsed_and_the_parameters_stay_open(notebook):
+    """Imports and the cells that only hand a figure to the page show their output with the
+    input collapsed (hide-input); the parameters a reader changes stay open."""
+    cells = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
+    tags = [set(c.metadata.get("tags", [])) for c in cells]
+    assert "parameters" in tags[0] and "hide-input" not in tags[0]
+    assert "hide-input" in tags[1] and cells[1].source.lstrip().startswith("import"), notebook.name
+    for cell, cell_tags in zip(cells, tags):
+        if SHOWN.search(cell.source):
+            assert "hide-input" in cell_tags, f"{notebook.name}: {cell.source[:60]!r}"

@@ -88,3 +88,16 @@ def test_chapter_07s_prose_types_no_window_length():
     for n in {UPDATE_WINDOW, optimizer_state.SPIKE_STEPS}:
         for spelled in (f"{n}", optimizer_state._WORDS[n]):
             assert not re.search(rf"\b{spelled} (steps|before|after)\b", text, re.IGNORECASE), spelled
+
+
+def test_the_introductions_sentence_agrees_with_the_chapters_reading():
+    assert optimizer_state.headline(_runs()) == (
+        "Over 3 seeds, the loss just after an update was lower than before it under every policy: no cold start to "
+        "cure; `barter/split`, `rigl/warmup` each beat their method's default by more than one standard error.")
+    cold = _runs(spike=0.01)[lambda r: r["policy"] != "split"].query("not (method == 'rigl' and policy == 'warmup')")
+    assert optimizer_state.headline(cold) == (
+        "Over 3 seeds, the loss rose just after an update under `barter/fresh`, `barter/warmup`, `rigl/reset`: a "
+        "cold start; no policy beat its method's default by more than one standard error.")
+    assert optimizer_state.headline(_runs(seeds=(0,))).endswith(
+        "one seed cannot say whether any policy beats the defaults.")
+    assert optimizer_state.headline(_runs(seeds=(0,))).startswith("Over 1 seed, ")

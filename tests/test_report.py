@@ -195,7 +195,7 @@ def test_figures_draw_each_method_in_its_colour():
     rows = [{"method": m, "density": d, "step_ms": 10.0 + i, "peak_mem_mb": 5.0 + i}
             for i, m in enumerate(["rigl", "set", "static", "barter"]) for d in (0.1, 0.3)]
     rows.append({"method": "dense", "density": 1.0, "step_ms": 20.0, "peak_mem_mb": 9.0})
-    fig = plot_cost_against_density(rows)
+    fig = plot_cost_against_density({"cct-mini": rows, "vit-mini": rows})
     try:
         for ax in fig.axes:
             drawn = {line.get_label(): to_rgb(line.get_color()) for line in ax.get_lines()}

@@ -142,3 +142,31 @@ def what_this_showed(comparison: pd.DataFrame, device: str) -> str:
     lines.append("The FLOPs-ideal speedup is what the compact model could give if time followed FLOPs; "
                  "the gap to it is the fixed, width-independent work that section 2's profile shows.")
     return "\n".join(lines)
+
+
+def _span(low: float, high: float, fmt: str) -> str:
+    """``low`` to ``high`` in ``fmt``, or the one value where they print the same."""
+    low_text, high_text = format(low, fmt), format(high, fmt)
+    return low_text if low_text == high_text else f"{low_text} to {high_text}"
+
+
+def headline(comparison: pd.DataFrame, device: str) -> str:
+    """Chapter 04's answer in one sentence for the introduction, from the same eager rows as
+    :func:`what_this_showed`: per model, BARTER's speed as a multiple of RigL's at the lowest
+    and highest density, as a share of the FLOPs-ideal speedup, and its peak memory as a
+    share of RigL's."""
+    eager = comparison[comparison["execution"] == "eager"]
+    if eager.empty:
+        return "No eager BARTER and RigL pair was measured in this build."
+    parts = []
+    for model, rows in eager.groupby("model", sort=False):
+        rows = rows.sort_values("density")
+        low, high = rows.iloc[0], rows.iloc[-1]
+        speeds = (f"{low['speedup']:.2f}x RigL's speed at rho = {low['density']:g}" if len(rows) == 1 else
+                  f"{low['speedup']:.2f}x RigL's speed at rho = {low['density']:g} and {high['speedup']:.2f}x "
+                  f"at {high['density']:g}")
+        efficiency = _span(100 * rows["efficiency"].min(), 100 * rows["efficiency"].max(), ".0f")
+        memory = _span(100 * rows["memory_fraction"].min(), 100 * rows["memory_fraction"].max(), ".0f")
+        parts.append(f"on `{model}` BARTER's step ran at {speeds} ({efficiency} % of its FLOPs-ideal "
+                     f"speedup) and held {memory} % of RigL's peak memory")
+    return f"Measured on this machine ({device}): " + "; ".join(parts) + "."

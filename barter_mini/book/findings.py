@@ -1,6 +1,7 @@
 """What chapters 02 (training from scratch) and 03 (ablations) showed, composed as Markdown
 from the tables the chapters compute, so that a page's conclusion always states its own
-numbers (:func:`from_scratch_findings`, :func:`ablation_findings`)."""
+numbers (:func:`from_scratch_findings`, :func:`ablation_findings`); and how a chapter hands
+its one-sentence answer to the introduction (:func:`glue_headline`)."""
 
 from __future__ import annotations
 
@@ -102,3 +103,15 @@ def ablation_findings(ours: pd.DataFrame, paper: pd.DataFrame, moved: pd.DataFra
                                  for method, row in means.iterrows()) + ".")
     lines.append(_seed_caveat(seeds))
     return "\n".join(lines)
+
+
+def glue_headline(key: str, markdown: str) -> None:
+    """Glue a chapter's one-sentence answer (inline Markdown) under ``key`` as HTML, the form
+    MyST-NB pastes into another page: the introduction shows it with
+    ``{glue:any}`../notebooks/CHAPTER.ipynb::KEY```, so its findings are this build's own and
+    never typed."""
+    from IPython.display import HTML
+    from markdown_it import MarkdownIt
+    from myst_nb import glue
+
+    glue(key, HTML(MarkdownIt("commonmark").renderInline(markdown)), display=False)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import matplotlib.pyplot as plt
 import pandas as pd
 from tqdm import tqdm
 
@@ -32,6 +31,7 @@ from ..training.recipes import get_recipe
 from ..training.run_config import RunConfig
 from ..core.models import get_model_config
 from .experiments import mean_std, profile_run, read_paper_table
+from .figures import stacked_panels
 from .profiles import Profile
 from .report import method_legend, method_style, require_method_legend
 from .tables import settings_markdown
@@ -206,10 +206,9 @@ def plot_compute_matched(summary: pd.DataFrame, paper: pd.DataFrame | None = Non
     (filled) and compute-matched (hollow), RigL at the same densities, dense for reference;
     each point labelled with its density. With ``paper``, the paper's panel beside it."""
     panels = [("this run", summary)] + ([("paper, ViT fine-tuned on CIFAR-100", paper)] if paper is not None else [])
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 3.8), constrained_layout=True,
-                             squeeze=False)
+    fig, axes = stacked_panels(len(panels), 3.0, legend_in=0.8)
     densities = set(summary["density"])
-    for ax, (title, table) in zip(axes[0], panels):
+    for ax, (title, table) in zip(axes, panels):
         shown = table[table["method"].isin(["barter", COMPUTE_REFERENCE, "dense"])
                       & (table["density"].isin(densities) | (table["method"] == "dense"))]
         for (method, schedule), rows in shown.groupby(["method", "schedule"], sort=False):
@@ -222,7 +221,8 @@ def plot_compute_matched(summary: pd.DataFrame, paper: pd.DataFrame | None = Non
                 ax.annotate(f"{d:g}", (x, y), textcoords="offset points", xytext=(5, 4), fontsize="small")
         ax.set_xscale("log")
         ax.set_xlabel("cumulative training compute (PFLOPs, log scale)")
-        ax.set_ylabel("test Top-1 accuracy (%)")
+        ax.set_ylabel("test Top-1 (%)")
+        ax.margins(x=0.12)  # room for the density labels at the ends
         ax.set_title(title)
     method_legend(fig, columns=3)
     require_method_legend(fig)
@@ -283,3 +283,30 @@ def reading_the_results(runs: pd.DataFrame, paper: pd.DataFrame | None = None) -
         lines.append("On one seed a gap of a point or less is within the seed-to-seed noise: pass "
                      "`seeds: [0, 1, 2]` before reading an ordering into these numbers.")
     return "\n".join(f"* {line}" for line in lines)
+
+
+def headline(runs: pd.DataFrame) -> str:
+    """Chapter 06's answer in one sentence for the introduction, from the same runs as
+    :func:`reading_the_results`, at the lowest density with a compute-matched run: BARTER's
+    compute as a share of RigL's, its gap to RigL after the recipe's epochs, and what
+    RigL's compute buys it (test Top-1, paired by seed), with the epochs that buy it."""
+    sparse = runs[runs["density"] < 1]
+    matched_densities = sorted(set(sparse.loc[(sparse["method"] == "barter") & (sparse["schedule"] == MATCHED),
+                                              "density"]))
+    if not matched_densities:
+        return "No compute-matched BARTER run was trained in this build."
+    density = matched_densities[0]
+    at = sparse[sparse["density"] == density]
+    full = at[at["schedule"] == FULL]
+    barter, rigl = (full[full["method"] == m] for m in ("barter", COMPUTE_REFERENCE))
+    if barter.empty or rigl.empty:
+        return f"At rho = {density:g} this build has no BARTER and {COMPUTE_REFERENCE} pair to compare."
+    matched = at[(at["method"] == "barter") & (at["schedule"] == MATCHED)]
+    seeds = at["seed"].nunique()
+    sentence = (f"At rho = {density:g}, BARTER fine-tuned for {barter['pflops'].mean() / rigl['pflops'].mean():.2f} "
+                f"of RigL's training compute and ended {_gap(_paired(at, 'barter', FULL, rigl))} from RigL; "
+                f"given RigL's compute ({matched['epochs'].mean():.1f} epochs instead of {barter['epochs'].mean():.0f}, "
+                f"so much of the gain is simply longer training) it gained "
+                f"{_gap(_paired(at, 'barter', MATCHED, barter))} over its recipe epochs "
+                f"({seeds} seed{'s' if seeds > 1 else ''}).")
+    return sentence

@@ -21,11 +21,12 @@ from ..core.barter import clone, prune_donors, receiver_room, select_donors, sel
 from ..core.models import get_model_config
 from ..errors import BarterError
 from ..training.optimization import seed_everything
+from .figures import BOOK_RC, MAX_WIDTH_IN, check_figure, stacked_panels
 from .report import BARTER_COLOR
 from .walkthrough import briefly_trained
 
 #: the figures :func:`write_mechanism_figures` writes, by file name
-FIGURES = ("compact_layer.png", "topology_update.png", "moment_remap.png")
+FIGURES = ("compact_layer.svg", "topology_update.svg", "moment_remap.svg")
 
 HEAD_COLORS = plt.get_cmap("tab10").colors
 DONOR_COLOR, PARENT_COLOR, CLONE_COLOR, KEPT_COLOR = (0.55, 0.55, 0.55), (0.0, 0.45, 0.70), BARTER_COLOR, (0.85, 0.85, 0.85)
@@ -120,7 +121,7 @@ def plot_compact_layer(model, layer: int = 0):
     channel_cmap = plt.get_cmap("Greens")
     channel_bands = [(1, channel_cmap(0.35 + 0.6 * c / max(channels - 1, 1))) for c in range(channels)]
     gap = 0.35 * d
-    fig, ax = plt.subplots(figsize=(11, 3.8), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(MAX_WIDTH_IN, 3.4), constrained_layout=True)
     x = 0.0
     for group in ("q", "k", "v"):
         _tensor_box(ax, x, d, heads * head_dim, d, full_heads * head_dim, head_bands, True, f"{group} rows")
@@ -145,7 +146,7 @@ def plot_compact_layer(model, layer: int = 0):
     ax.legend(handles=[Patch(facecolor=HEAD_COLORS[0], label="one colour per attention head"),
                        Patch(facecolor=channel_cmap(0.7), label="one shade per FFN channel"),
                        Patch(facecolor="white", edgecolor="0.6", linestyle="--", label="the full-width layer")],
-              loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=3, frameon=False, fontsize=8.5)
+              loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=2, frameon=False, fontsize=8.5)
     return fig
 
 
@@ -163,7 +164,7 @@ def plot_update(record: UpdateRecord):
     each parent has a clone appended to the receiver, and the parent keeps ``alpha`` of its
     output weights while the clone takes ``1 - alpha``; the budget is unchanged."""
     layers = len(record.before)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 0.9 * layers + 1.8), sharey=True, constrained_layout=True)
+    fig, axes = stacked_panels(2, 0.55 * layers + 0.6, legend_in=0.9)
     widest = max(max(record.before), max(record.after))
     donors_by_layer: dict[int, set[int]] = {}
     for layer, unit in record.donors:
@@ -192,8 +193,7 @@ def plot_update(record: UpdateRecord):
                Patch(facecolor=PARENT_COLOR, label=f"parent (keeps alpha = {record.alpha:g} of its output weights)"),
                Patch(facecolor=CLONE_COLOR, label=f"clone (copies the input weights, takes 1 - alpha = "
                                                   f"{1 - record.alpha:g} of the output weights)")]
-    fig.legend(handles=handles, loc="lower center", ncol=1, frameon=False, fontsize=8.5,
-               bbox_to_anchor=(0.5, -0.02 - 0.06 * 3 / layers))
+    fig.legend(handles=handles, loc="outside lower center", ncol=1, frameon=False, fontsize=8.5)
     return fig
 
 
@@ -204,37 +204,41 @@ def plot_moment_remap(record: UpdateRecord):
     its second moment by its square; the output column (``fc2``) sees the old gradient
     unchanged, so its moments are copied."""
     alpha = record.alpha
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True, constrained_layout=True)
+    fig, axes = plt.subplots(1, 2, figsize=(MAX_WIDTH_IN, 3.4), sharey=True, constrained_layout=True)
     for ax, (role, title) in zip(axes, (("in", "input row of fc1 (copied weights)"),
                                         ("out", "output column of fc2 (split weights)"))):
         labels, measured, expected = [], [], []
         for key, power in (("exp_avg", 1), ("exp_avg_sq", 2)):
             parent, clone_ratio = record.moment_ratios[role, key]
             scale = (alpha ** power, (1 - alpha) ** power) if role == "in" else (1.0, 1.0)
-            labels += [f"{key}\nparent", f"{key}\nclone"]
+            labels += [f"{key}\n{copy}" for copy in ("parent", "clone")]
             measured += [parent, clone_ratio]
             expected += list(scale)
         positions = range(len(labels))
         ax.bar(positions, measured, color=[PARENT_COLOR, CLONE_COLOR] * 2, width=0.6, label="measured")
         ax.scatter(positions, expected, marker="_", s=600, color="black", zorder=3, label="derived factor")
         ax.axhline(1.0, color="0.6", linestyle=":", linewidth=1)
-        ax.set_xticks(list(positions), labels, fontsize=8.5)
-        ax.set_title(title, fontsize=10)
+        ax.set_xticks(list(positions), labels, fontsize=7.5)
+        ax.set_title(title, fontsize=9.5)
     axes[0].set_ylabel("norm after / parent's norm before")
     axes[0].legend(loc="upper center", bbox_to_anchor=(1.0, -0.22), ncol=2, frameon=False, fontsize=8.5)
     return fig
 
 
 def write_mechanism_figures(folder: Path, density: float = 0.3, seed: int = 0) -> list[Path]:
-    """Draw the three figures of :data:`FIGURES` from one real model and update into ``folder``."""
+    """Draw the three figures of :data:`FIGURES` from one real model and update into
+    ``folder``, as the notebooks' figures are drawn (:data:`~barter_mini.book.figures.BOOK_RC`:
+    SVG with its text as text, checked by :func:`~barter_mini.book.figures.check_figure`)."""
     folder.mkdir(parents=True, exist_ok=True)
     model, optimizer, statistics = trained_compact_model(density=density, seed=seed)
-    layer_figure = plot_compact_layer(model)
-    record = one_update(model, optimizer, statistics)
     paths = []
-    for name, figure in zip(FIGURES, (layer_figure, plot_update(record), plot_moment_remap(record))):
-        path = folder / name
-        figure.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(figure)
-        paths.append(path)
+    with plt.rc_context(BOOK_RC):
+        layer_figure = plot_compact_layer(model)
+        record = one_update(model, optimizer, statistics)
+        for name, figure in zip(FIGURES, (layer_figure, plot_update(record), plot_moment_remap(record))):
+            check_figure(figure, name)
+            path = folder / name
+            figure.savefig(path, metadata={"Date": None})  # the same model draws the same file
+            plt.close(figure)
+            paths.append(path)
     return paths

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import matplotlib.pyplot as plt
 import pandas as pd
+import seaborn as sns
 from tqdm import tqdm
 
 from ..core.barter import BarterSettings
@@ -35,7 +35,8 @@ from ..training.run_config import RunConfig
 from ..training.trainer import UPDATE_WINDOW
 from .experiments import mean_std, profile_run
 from .profiles import Profile
-from .report import METHOD_PALETTE, require_method_legend
+from .figures import stacked_panels
+from .report import require_method_legend
 
 #: (method, policy) -> the settings that choose the policy
 POLICIES: dict[tuple[str, str], dict] = {
@@ -151,23 +152,26 @@ def policy_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def plot_loss_around_updates(changes: pd.DataFrame):
     """The training loss around an update, relative to the steps before it, one panel per
-    method and one line per policy (mean over updates and seeds)."""
+    method (stacked) and one line per policy, each policy in its own colour and line style
+    (mean over updates and seeds)."""
     methods = list(dict.fromkeys(changes["method"]))
-    fig, axes = plt.subplots(1, len(methods), figsize=(6.2 * len(methods), 3.6), constrained_layout=True,
-                             squeeze=False)
+    policies = list(dict.fromkeys(changes["policy"]))
+    colors = dict(zip(policies, sns.color_palette("colorblind", len(policies))))
+    fig, axes = stacked_panels(len(methods), 2.6, sharex=True)
     styles = ["-", "--", ":", "-."]
-    for ax, method in zip(axes[0], methods):
+    for ax, method in zip(axes, methods):
         own = changes[changes["method"] == method]
         for style, (policy, rows) in zip(styles, own.groupby("policy", sort=False)):
             mean = rows.groupby("offset")["change"].mean()
-            ax.plot(mean.index, mean.values, style, marker="o", ms=3, color=METHOD_PALETTE[method],
+            ax.plot(mean.index, mean.values, style, marker="o", ms=3, color=colors[policy],
                     label=f"{method}, {policy}")
         ax.axvline(0.5, color="0.6", lw=1)
         ax.axhline(0.0, color="0.8", lw=1)
-        ax.set_xlabel("optimizer steps from the update (the update follows step 0)")
-        ax.set_ylabel("training loss minus the mean before the update")
+        ax.set_ylabel("loss minus before")
         ax.set_title(method)
-        ax.legend(fontsize="small", title="new units' optimizer state")
+        ax.legend(fontsize="small", title="new units' optimizer state", loc="center left",
+                  bbox_to_anchor=(1.01, 0.5), frameon=False)
+    axes[-1].set_xlabel("optimizer steps from the update (the update follows step 0)")
     require_method_legend(fig)
     return fig
 
@@ -239,3 +243,29 @@ def reading_the_results(runs: pd.DataFrame) -> str:
                      "large share of a tensor: rerun the chapter at a low density or on the `paper` profile to "
                      "see whether the spike appears when updates are larger.")
     return "\n".join(f"* {line}" for line in lines)
+
+
+def headline(runs: pd.DataFrame) -> str:
+    """Chapter 07's answer in one sentence for the introduction, from the same runs as
+    :func:`reading_the_results`: whether the loss rose after an update under any policy (a
+    cold start) and whether any policy beat its method's default beyond one standard error."""
+    seeds = int(runs["seed"].nunique())
+    spikes = runs.groupby(["method", "policy"], sort=False)["spike"].mean()
+    rose = [f"`{method}/{policy}`" for (method, policy), spike in spikes.items() if spike > 0]
+    cold = (f"the loss rose just after an update under {', '.join(rose)}: a cold start" if rose else
+            "the loss just after an update was lower than before it under every policy: no cold start to cure")
+    beyond = []
+    for method, policy in spikes.index:
+        if policy == DEFAULT_POLICIES.get(method):
+            continue
+        diff = _paired_with_default(runs, method, policy)
+        if len(diff) > 1 and diff.mean() > diff.std() / len(diff) ** 0.5:
+            beyond.append(f"`{method}/{policy}`")
+    if seeds < 2:
+        verdict = "one seed cannot say whether any policy beats the defaults"
+    elif beyond:
+        verdict = (f"{beyond[0]} beat its method's default" if len(beyond) == 1 else
+                   f"{', '.join(beyond)} each beat their method's default") + " by more than one standard error"
+    else:
+        verdict = "no policy beat its method's default by more than one standard error"
+    return f"Over {seeds} seed{'s' if seeds > 1 else ''}, {cold}; {verdict}."

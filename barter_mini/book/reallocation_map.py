@@ -220,8 +220,8 @@ def plot_map(cells: pd.DataFrame, paper: pd.DataFrame, added: pd.DataFrame | Non
     ax.set_xlabel("BARTER − Static (Top-1 points)")
     handles, names = ax.get_legend_handles_labels()
     order = [names.index(name) for name in ("validation, paired (± 1 SE)", "test", "paper, Table 13 (CIFAR-100)")]
-    ax.legend([handles[i] for i in order], [names[i] for i in order], fontsize=9, loc="lower center",
-              bbox_to_anchor=(0.5, 1.0), ncols=2, frameon=False, handletextpad=0.3, columnspacing=1.0)
+    fig.legend([handles[i] for i in order], [names[i] for i in order], fontsize=9, loc="outside upper center",
+               ncols=3, frameon=False, handletextpad=0.3, columnspacing=1.0)
     ax.grid(axis="x", alpha=0.3)
     return fig
 

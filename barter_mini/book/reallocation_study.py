@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import matplotlib.pyplot as plt
 import pandas as pd
+import seaborn as sns
 from tqdm import tqdm
 
 from ..errors import BarterError, check_list, choose
@@ -27,6 +28,7 @@ from ..core.models import get_model_config
 from ..training.recipes import get_recipe
 from ..training.run_config import RunConfig
 from .experiments import mean_std, profile_run
+from .figures import CYCLE_COLORS, MAX_WIDTH_IN, stacked_panels
 from .profiles import Profile
 from .report import require_method_legend
 
@@ -298,10 +300,12 @@ def importance_frame(probes: dict[str, dict], kind: str) -> pd.DataFrame:
 def plot_paired(runs: pd.DataFrame, reference: str, labels=None):
     """Validation Top-1 per seed: one line per variant across seeds, the reference in black."""
     labels = list(labels) if labels is not None else list(dict.fromkeys(runs["variant"]))
-    fig, ax = plt.subplots(figsize=(7.5, 3.6), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(MAX_WIDTH_IN, 3.6), constrained_layout=True)
+    others = iter(CYCLE_COLORS)
     for label in labels:
         own = runs[runs["variant"] == label].sort_values("seed")
-        style = {"color": "black", "lw": 2.2} if label == reference else {"lw": 1.2, "alpha": 0.85}
+        style = ({"color": "black", "lw": 2.2} if label == reference else
+                 {"color": next(others), "lw": 1.2, "alpha": 0.85})
         ax.plot(own["seed"], own["val_acc"], marker="o", label=label, **style)
     ax.set_xlabel("seed")
     ax.set_ylabel("validation Top-1 (%)")
@@ -315,17 +319,18 @@ def plot_importance(frame: pd.DataFrame, value: str = "total", title: str = ""):
     """``value`` ("priority" or "total") per layer over the update steps, one panel per run."""
     choose("value", value, ("priority", "total"))
     runs = list(dict.fromkeys(frame["run"]))
-    fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.2), sharey=True, constrained_layout=True,
-                             squeeze=False)
-    for ax, run in zip(axes[0], runs):
+    fig, axes = stacked_panels(len(runs), 2.4, legend_in=0.5, sharex=True, sharey=True)
+    for ax, run in zip(axes, runs):
         own = frame[frame["run"] == run]
-        for layer, points in own.groupby("layer"):
-            ax.plot(points["step"], points[value], label=f"layer {layer}")
+        layers = own.groupby("layer")
+        for (layer, points), color in zip(layers, sns.color_palette("colorblind", layers.ngroups)):
+            ax.plot(points["step"], points[value], color=color, label=f"layer {layer}")
         ax.set_title(run)
-        ax.set_xlabel("step")
         ax.set_yscale("log")
-    axes[0][0].set_ylabel("mean Taylor importance" if value == "priority" else "total Taylor importance")
-    axes[0][-1].legend(fontsize="small")
+        ax.set_ylabel("mean Taylor importance" if value == "priority" else "total Taylor importance")
+    axes[-1].set_xlabel("step")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), frameon=False)
     if title:
         fig.suptitle(title)
     return fig

@@ -17,6 +17,7 @@ from ..core.budgets import PAPER_TABLE3, compute_budget, initial_allocation
 from ..core.models import get_model_config
 from ..errors import BarterError
 from .experiments import final_allocations
+from .figures import MAX_WIDTH_IN, stacked_panels
 from .tables import column_words
 
 
@@ -114,7 +115,7 @@ STEP_TIME_COLUMNS = ("method", "density", "step_ms", "acc", "runs")
 
 def plot_training_curves(metrics: dict, ax=None):
     """Running training accuracy per step and validation accuracy per epoch (percent)."""
-    ax = ax or plt.subplots(figsize=(7, 3.5))[1]
+    ax = ax or plt.subplots(figsize=(MAX_WIDTH_IN, 3.5), constrained_layout=True)[1]
     curve = pd.DataFrame(metrics["curve"])
     history = pd.DataFrame(metrics["history"])
     if not curve.empty:
@@ -143,20 +144,27 @@ def plot_allocation_heatmaps(metrics: dict):
     the other), every cell annotated with its count while the columns leave room for it."""
     frames = {kind: allocation_frame(metrics, kind) for kind in ("heads", "ffn")}
     updates = frames["heads"].shape[1]
-    fig, axes = plt.subplots(2, 1, figsize=(11, 2 * (0.45 * frames["heads"].shape[0] + 1.2)),
-                             constrained_layout=True)
+    fig, axes = stacked_panels(2, 0.4 * frames["heads"].shape[0] + 1.3)
     for ax, (kind, frame), label in zip(axes, frames.items(), ("attention heads", "FFN channels")):
-        annotate = updates <= (30 if kind == "heads" else 20)
-        sns.heatmap(frame, ax=ax, cmap="viridis", annot=annotate, fmt="d",
-                    annot_kws={"fontsize": 9 if updates <= 12 else 7},
-                    cbar_kws={"label": f"{label} per layer", "pad": 0.01})
+        # a count is written in its cell while the cells are wide enough for it at 8 pt
+        annotate = updates <= (24 if kind == "heads" else 16)
+        sns.heatmap(frame, ax=ax, cmap="viridis", annot=annotate, fmt="d", annot_kws={"fontsize": 8},
+                    cbar_kws={"label": f"{label} per layer", "pad": 0.01, "ticks": _integer_ticks(frame)})
         ax.set_xlabel("optimizer step of the update (0 = initial allocation)")
         ax.set_ylabel("layer")
         ax.set_title(f"{label}: budget {int(frame.iloc[:, 0].sum())}, fixed")
-        if updates > 16:
-            ticks = np.linspace(0, updates - 1, 12).astype(int)
+        if updates > 10:
+            ticks = np.linspace(0, updates - 1, 8).astype(int)
             ax.set_xticks(ticks + 0.5, [frame.columns[t] for t in ticks], rotation=0)
     return fig
+
+
+def _integer_ticks(frame: pd.DataFrame) -> list[int]:
+    """At most six whole-number colour-bar ticks over ``frame``'s range (a count has no
+    fractions)."""
+    low, high = int(frame.min().min()), int(frame.max().max())
+    step = max(1, int(np.ceil((high - low) / 5)))
+    return list(range(low, high + 1, step))
 
 
 #: the book's methods, in the order of its tables and legends
@@ -235,6 +243,8 @@ def method_legend(fig, columns: int = 6):
             return (0, 0)
         return (1, METHOD_ORDER.index(method)) if method in METHOD_ORDER else (2, 0)
     labels = sorted(handles, key=rank)
+    if not labels:
+        return None
     return fig.legend([handles[label] for label in labels], labels, loc="outside lower center",
                       ncols=min(columns, len(labels)), frameon=False, fontsize="small")
 
@@ -298,9 +308,8 @@ def plot_accuracy_against_density(summary: pd.DataFrame, paper: pd.DataFrame | N
     panel (``paper_title``) shows the paper's numbers on the same layout, so orderings can be
     compared."""
     panels = [("this run", summary)] + ([(paper_title, paper)] if paper is not None else [])
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 3.8), constrained_layout=True,
-                             squeeze=False)
-    for ax, (title, table) in zip(axes[0], panels):
+    fig, axes = stacked_panels(len(panels), 3.0, legend_in=0.8, sharex=True)
+    for ax, (title, table) in zip(axes, panels):
         for method, rows in _rows_per_method(table, "density", among=summary["method"]):
             color = METHOD_PALETTE[method]
             if method == "dense":
@@ -308,9 +317,9 @@ def plot_accuracy_against_density(summary: pd.DataFrame, paper: pd.DataFrame | N
                 continue
             ax.errorbar(rows["density"], rows["acc_mean"], yerr=rows["acc_std"].fillna(0), capsize=3,
                         label=method, **method_style(method))
-        ax.set_xlabel("density rho (fraction of heads and FFN channels, or of weights)")
-        ax.set_ylabel("test Top-1 accuracy (%)")
+        ax.set_ylabel("test Top-1 (%)")
         ax.set_title(title)
+    axes[-1].set_xlabel("density rho (fraction of heads and FFN channels, or of weights)")
     method_legend(fig)
     require_method_legend(fig)
     return fig
@@ -324,13 +333,13 @@ def plot_ablation_differences(differences: pd.DataFrame, reference: str = "barte
                       "score": differences["acc"]}),
         pd.DataFrame({"variant": differences["method"], "metric": "macro-F1", "difference": differences["f1_diff"],
                       "score": differences["f1"]})])
-    fig, ax = plt.subplots(figsize=(7.5, 3.6), constrained_layout=True)
-    sns.barplot(long, x="variant", y="difference", hue="metric", ax=ax)
+    fig, ax = plt.subplots(figsize=(MAX_WIDTH_IN, 3.6), constrained_layout=True)
+    sns.barplot(long, x="variant", y="difference", hue="metric", ax=ax, palette=sns.color_palette("colorblind", 2))
     for container, metric in zip(ax.containers, ("Top-1", "macro-F1")):
         scores = long[long["metric"] == metric]["score"]
         ax.bar_label(container, labels=[f"{d:+.2f}\n({s:.1f})" for d, s in
                                         zip(long[long["metric"] == metric]["difference"], scores)],
-                     fontsize="x-small", padding=2)
+                     fontsize="small", padding=2)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xlabel("variant")
     ax.set_ylabel(f"variant minus {reference} (percentage points)")
@@ -341,10 +350,11 @@ def plot_ablation_differences(differences: pd.DataFrame, reference: str = "barte
 
 def plot_final_allocations(runs: pd.DataFrame):
     """Heads and FFN channels per layer that each run ends with (rows: runs)."""
-    fig, axes = plt.subplots(1, 2, figsize=(12, 0.45 * len(runs) + 1.6), constrained_layout=True)
+    fig, axes = stacked_panels(2, 0.3 * len(runs) + 1.2)
     for ax, kind, label in zip(axes, ("heads", "ffn"), ("attention heads", "FFN channels")):
         frame = final_allocations(runs, kind)
-        sns.heatmap(frame, ax=ax, cmap="viridis", annot=True, fmt="d", cbar_kws={"label": f"{label} per layer"})
+        sns.heatmap(frame, ax=ax, cmap="viridis", annot=True, fmt="d", annot_kws={"fontsize": 8},
+                    cbar_kws={"label": f"{label} per layer", "ticks": _integer_ticks(frame)})
         ax.set_xlabel("layer")
         ax.set_ylabel("run")
         ax.set_title(f"final {label} per layer")
@@ -369,9 +379,8 @@ def by_density(rows, value: str, methods=METHOD_ORDER) -> pd.DataFrame:
 def plot_compute_and_size(rows_by_model: dict):
     """Figure 4: training GFLOPs per image (3 x forward, as executed) against exported
     parameters, one panel per model; each method's points run over the densities."""
-    fig, axes = plt.subplots(1, len(rows_by_model), figsize=(6.2 * len(rows_by_model), 4),
-                             constrained_layout=True, squeeze=False)
-    for ax, (model, rows) in zip(axes[0], rows_by_model.items()):
+    fig, axes = stacked_panels(len(rows_by_model), 3.2, legend_in=0.8)
+    for ax, (model, rows) in zip(axes, rows_by_model.items()):
         frame = pd.DataFrame(rows)
         for method, points in _rows_per_method(frame, "density"):
             style = method_style(method)
@@ -386,7 +395,7 @@ def plot_compute_and_size(rows_by_model: dict):
             names = [m for m in METHOD_ORDER if m in set(at["method"])]
             if len(names) > 1:
                 ax.annotate(", ".join(names), (x, y), textcoords="offset points", xytext=(-8, -14), ha="right",
-                            fontsize="x-small")
+                            fontsize="small")
         ax.set_xlabel("exported parameters (millions)")
         ax.set_ylabel("training GFLOPs per image (3 x forward)")
         ax.set_title(model)
@@ -395,24 +404,27 @@ def plot_compute_and_size(rows_by_model: dict):
     return fig
 
 
-def plot_cost_against_density(rows, title: str = ""):
-    """Figure 7 and Figure 3 (right): median step time and peak training memory against
-    density, one line per method; dense as a horizontal reference."""
-    frame = pd.DataFrame(rows)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), constrained_layout=True)
-    for ax, value, label in zip(axes, ("step_ms", "peak_mem_mb"),
-                                ("median step time (ms)", "peak training memory (MB)")):
-        for method, points in _rows_per_method(frame, "density"):
-            color = METHOD_PALETTE[method]
-            if method == "dense":
-                ax.axhline(points[value].iloc[0], color=color, ls="--", label="dense (rho = 1)")
-            else:
-                ax.plot(points["density"], points[value], "-", label=method, **method_style(method))
+def plot_cost_against_density(rows_by_model: dict, where: str = ""):
+    """Figure 7 and Figure 3 (right): median step time (left) and peak training memory
+    (right) against density, one row of panels per model (``{model: bench rows}``), one line
+    per method; dense as a horizontal reference. ``where`` (the device) goes in the titles."""
+    fig, axes = plt.subplots(len(rows_by_model), 2, figsize=(MAX_WIDTH_IN, 2.9 * len(rows_by_model) + 0.8),
+                             constrained_layout=True, squeeze=False, sharex=True)
+    for row, (model, rows) in zip(axes, rows_by_model.items()):
+        frame = pd.DataFrame(rows)
+        for ax, value, label in zip(row, ("step_ms", "peak_mem_mb"), ("step time (ms)", "peak memory (MB)")):
+            for method, points in _rows_per_method(frame, "density"):
+                color = METHOD_PALETTE[method]
+                if method == "dense":
+                    ax.axhline(points[value].iloc[0], color=color, ls="--", label="dense (rho = 1)")
+                else:
+                    ax.plot(points["density"], points[value], "-", label=method, **method_style(method))
+            ax.set_ylabel(label)
+            ax.set_ylim(bottom=0)
+            ax.set_title(f"{model}{f' on {where}' if where else ''}: {label.split(' (')[0]}")
+    for ax in axes[-1]:
         ax.set_xlabel("density rho")
-        ax.set_ylabel(label)
-        ax.set_ylim(bottom=0)
-        ax.set_title(f"{title}: {label}" if title else label)
-    method_legend(fig)
+    method_legend(fig, columns=5)
     require_method_legend(fig)
     return fig
 
@@ -420,13 +432,16 @@ def plot_cost_against_density(rows, title: str = ""):
 def plot_accuracy_against_step_time(points: pd.DataFrame):
     """Figure 1: test Top-1 against median step time, one line per method, labelled with
     the density; points without a trained run are left out."""
-    fig, ax = plt.subplots(figsize=(7, 4.2), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(MAX_WIDTH_IN, 4.2), constrained_layout=True)
     points = points.dropna(subset=["acc"])
+    if points.empty:  # the page still shows where the figure goes, and why it is empty
+        ax.text(0.5, 0.5, "no from-scratch run at these settings yet:\nrun chapter 02 first", ha="center",
+                va="center", transform=ax.transAxes)
     for method, rows in _rows_per_method(points, "step_ms"):
         ax.plot(rows["step_ms"], rows["acc"], "-", label=method, **method_style(method))
         for _, row in rows.iterrows():
             ax.annotate(f"{row['density']:g}", (row["step_ms"], row["acc"]), textcoords="offset points",
-                        xytext=(4, 4), fontsize="x-small")
+                        xytext=(4, 4), fontsize="small")
     ax.set_xlabel("median training step time (ms)")
     ax.set_ylabel("test Top-1 accuracy (%)")
     method_legend(fig, columns=4)
@@ -442,7 +457,7 @@ def plot_efficiency(ratios: pd.DataFrame, paper_gap: float = 0.85):
     """BARTER's measured speedup over RigL as a share of the FLOPs-ideal one, against density:
     one line per model and execution (``ratios``: :func:`~barter_mini.measure.bench_report.ratios`
     rows with a ``model`` column), the issue's target as a dotted line."""
-    fig, ax = plt.subplots(figsize=(7, 4), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(MAX_WIDTH_IN, 4), constrained_layout=True)
     frame = ratios.assign(execution=ratios.get("execution", "eager"))
     for (model, execution), points in frame.groupby(["model", "execution"], sort=False):
         points = points.sort_values("density")
@@ -457,10 +472,27 @@ def plot_efficiency(ratios: pd.DataFrame, paper_gap: float = 0.85):
     return fig
 
 
-def plot_step_profile(rows, methods=("rigl", "barter"), title: str = ""):
+def plot_step_profile(rows_by_model: dict, methods=("rigl", "barter"), where: str = ""):
     """Where a step's time goes (``profile_CATEGORY_ms`` of bench rows run with
-    ``profile_steps``): stacked bars of ms per step for each method at each density; the
-    products and attention shrink with the density, the fixed width-D work does not."""
+    ``profile_steps``): stacked bars of ms per step for each method at each density, one
+    panel per model (``{model: bench rows}``, eager rows); the products and attention shrink
+    with the density, the fixed width-D work does not."""
+    frames = {model: _profiled(rows, methods) for model, rows in rows_by_model.items()}
+    fig, axes = stacked_panels(len(frames), 3.2, legend_in=0.7)
+    colors = sns.color_palette("colorblind", len(PROFILE_CATEGORIES))
+    for ax, (model, frame) in zip(axes, frames.items()):
+        frame.plot.bar(stacked=True, ax=ax, color=colors, width=0.75, legend=False)
+        ax.set_xlabel("")
+        ax.set_ylabel("ms per step (profiled)")
+        ax.set_title(f"{model}: where a step's time goes{f' ({where})' if where else ''}")
+        ax.tick_params(axis="x", labelrotation=0, labelsize=7.5)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", frameon=False,
+               ncols=len(PROFILE_CATEGORIES) // 2, title="kind of work")  # below the bars, never over them
+    return fig
+
+
+def _profiled(rows, methods) -> pd.DataFrame:
+    """ms per step of each profile category (columns) per method and density (rows)."""
     frame = pd.DataFrame(rows)
     frame = frame[frame["method"].isin(methods) & frame.get("execution", pd.Series("eager", frame.index)).eq("eager")]
     columns = [f"profile_{c}_ms" for c in PROFILE_CATEGORIES]
@@ -469,13 +501,4 @@ def plot_step_profile(rows, methods=("rigl", "barter"), title: str = ""):
     frame = frame.assign(case=[f"{m}\nrho {d:g}" for m, d in zip(frame["method"], frame["density"])])
     frame = frame.sort_values(["density", "method"]).set_index("case")[columns]
     frame.columns = list(PROFILE_CATEGORIES)
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(frame)), 4), constrained_layout=True)
-    frame.plot.bar(stacked=True, ax=ax, color=sns.color_palette("tab10", len(PROFILE_CATEGORIES)), width=0.75)
-    ax.set_xlabel("")
-    ax.set_ylabel("ms per step (profiled)")
-    ax.set_title(title or "where a training step's time goes")
-    ax.tick_params(axis="x", labelrotation=0, labelsize="x-small")
-    ax.get_legend().remove()
-    fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize="small", frameon=False,
-               title="kind of work")  # beside the bars, never over them
-    return fig
+    return frame
