@@ -41,7 +41,7 @@ def test_only_shared_seeds_are_paired():
 def test_verdict_says_which_side_beyond_one_standard_error(diffs, side):
     runs = frame({"static": [(70.0, 70.0)] * 3, "v": [(70.0 + d, 70.0) for d in diffs]})
     sentence = study.verdict(study.paired_against(runs, "static"), "v", "static")
-    assert sentence.startswith(f"v is {side} static")
+    assert sentence.startswith(f"`v` is {side} `static`")
     std = pd.Series(diffs).std()
     assert f"(standard error {std / math.sqrt(3):.2f};" in sentence
 

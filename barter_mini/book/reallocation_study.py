@@ -234,17 +234,18 @@ def _side(mean: float, error: float) -> str:
 
 def verdict(paired: pd.DataFrame, variant: str, reference: str) -> str:
     """One sentence, from the numbers: is ``variant`` above, below or level with ``reference``
-    on validation Top-1, paired by seed, beyond one standard error?"""
+    on validation Top-1, paired by seed, beyond one standard error? The two are named as
+    code (`` `static` is below `static, piled start` ``), so a label reads as one name."""
     choose("variant", variant, set(paired["variant"]))
     row = paired.set_index("variant").loc[variant]
     mean, error, n = _paired_gap(paired, variant)
     std = row["val_diff_std"]
     if math.isinf(error):
-        return (f"{variant} minus {reference}: {mean:+.2f} points of validation Top-1 on one seed; "
+        return (f"`{variant}` minus `{reference}`: {mean:+.2f} points of validation Top-1 on one seed; "
                 "one seed cannot tell a difference from noise.")
     side = _side(mean, error)
     within = " (within one standard error)" if side == "level with" else ""
-    return (f"{variant} is {side} {reference}{within}: {mean:+.2f} ± {std:.2f} points of validation Top-1 "
+    return (f"`{variant}` is {side} `{reference}`{within}: {mean:+.2f} ± {std:.2f} points of validation Top-1 "
             f"paired over {n} seeds (standard error {error:.2f}; above on {int(row['val_wins'])} of {n}); "
             f"test: {row['test_diff_mean']:+.2f} ± {row['test_diff_std']:.2f}.")
 
