@@ -119,3 +119,22 @@ def test_figure_1_without_trained_runs_says_why_it_is_empty():
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert texts == ["no from-scratch run at these settings yet:\nrun chapter 02 first"] and not fig.legends
     plt.close(fig)
+
+
+def test_the_builds_own_runs_are_drawn_hollow_beside_the_recorded_grid_and_named_once():
+    from test_legends import _by_density
+
+    recorded = _by_density()
+    live = recorded[recorded["density"] == 0.3].assign(acc_mean=lambda f: f["acc_mean"] - 1)
+    live = pd.concat([live, pd.DataFrame([{"method": "random-pair", "density": 0.3, "acc_mean": 61.0,
+                                           "acc_std": 0.1}])])
+    fig = report.plot_accuracy_against_density(recorded, recorded, live=live, title="recorded")
+    try:
+        labels = [t.get_text() for t in fig.legends[0].get_texts()]
+        assert "hollow: this build's own runs" in labels and "random-pair, this build" in labels
+        assert "barter, this build" not in labels and labels.count("barter") == 1
+        hollow = [line for line in fig.axes[0].get_lines() if line.get_markerfacecolor() == "white"]
+        assert len(hollow) == len(set(live["method"])) + 1      # each method's runs and the legend's example
+        check_figure(fig, "recorded")
+    finally:
+        plt.close(fig)

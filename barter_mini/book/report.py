@@ -245,8 +245,12 @@ def method_legend(fig, columns: int = 6):
     labels = sorted(handles, key=rank)
     if not labels:
         return None
+    # as many columns as the widest label lets fit the figure's width (a character of the
+    # "small" font is about 0.6 of its 8.3 points wide; a marker and the gaps about 36)
+    column_pt = 0.6 * 8.3 * max(map(len, labels)) + 36
+    fitting = max(1, int(72 * fig.get_figwidth() // column_pt))
     return fig.legend([handles[label] for label in labels], labels, loc="outside lower center",
-                      ncols=min(columns, len(labels)), frameon=False, fontsize="small")
+                      ncols=min(columns, len(labels), fitting), frameon=False, fontsize="small")
 
 
 #: how far (per RGB channel) a drawn colour may be from a method's and still be that method's
@@ -302,14 +306,17 @@ def _rows_per_method(frame: pd.DataFrame, sort_by: str, among=None):
 
 
 def plot_accuracy_against_density(summary: pd.DataFrame, paper: pd.DataFrame | None = None,
-                                  paper_title: str = "paper, CCT on CIFAR-100"):
+                                  paper_title: str = "paper, CCT on CIFAR-100", live: pd.DataFrame | None = None,
+                                  title: str = "this run"):
     """Table 1 (or Figure 5 (a)) as a figure: test Top-1 (%) against density, one line per
     method, sample-std error bars; dense as a horizontal reference. With ``paper``, a second
     panel (``paper_title``) shows the paper's numbers on the same layout, so orderings can be
-    compared."""
-    panels = [("this run", summary)] + ([(paper_title, paper)] if paper is not None else [])
+    compared. With ``live`` (another summary: the build's own runs beside a recorded
+    ``summary``), its means are drawn as hollow markers in the first panel, named once in
+    the legend."""
+    panels = [(title, summary)] + ([(paper_title, paper)] if paper is not None else [])
     fig, axes = stacked_panels(len(panels), 3.0, legend_in=0.8, sharex=True)
-    for ax, (title, table) in zip(axes, panels):
+    for ax, (name, table) in zip(axes, panels):
         for method, rows in _rows_per_method(table, "density", among=summary["method"]):
             color = METHOD_PALETTE[method]
             if method == "dense":
@@ -318,7 +325,14 @@ def plot_accuracy_against_density(summary: pd.DataFrame, paper: pd.DataFrame | N
             ax.errorbar(rows["density"], rows["acc_mean"], yerr=rows["acc_std"].fillna(0), capsize=3,
                         label=method, **method_style(method))
         ax.set_ylabel("test Top-1 (%)")
-        ax.set_title(title)
+        ax.set_title(name)
+    if live is not None:
+        for method, rows in _rows_per_method(live, "density"):
+            named = method in set(summary["method"])
+            style = {**method_style(method), "ms": 9, "mfc": "white", "mew": 1.5, "zorder": 4}
+            axes[0].plot(rows["density"], rows["acc_mean"], linestyle="none",
+                         label=None if named else f"{method}, this build", **style)
+        axes[0].plot([], [], "o", mfc="white", mec="0.3", mew=1.5, label="hollow: this build's own runs")
     axes[-1].set_xlabel("density rho (fraction of heads and FFN channels, or of weights)")
     method_legend(fig)
     require_method_legend(fig)
