@@ -273,3 +273,28 @@ def test_a_barter_step_is_statics_plus_a_few_batched_operations():
         (barter_outside, inside[model]), (static_outside, nothing) = _leaf_operators(barter), _leaf_operators(static)
         assert barter_outside == static_outside and nothing == 0
     assert inside["cct-paper"] == inside["vit-paper"] <= 12
+
+
+@pytest.mark.parametrize("method", ["barter", "static", "rigl", "s2vite"])
+def test_a_dropped_training_setup_is_collected_with_its_model(method):
+    """Gradient hooks live in C++, out of the garbage collector's sight: a hook that held the
+    statistics would keep every dropped model (and its optimizer state) in memory."""
+    import gc
+    import weakref
+
+    from barter_mini.measure.bench import build_training_step
+
+    setup = build_training_step("cct-mini", method, 0.3, batch=4, total_steps=100, device=torch.device("cpu"))
+    setup()
+    model, optimizer = weakref.ref(setup.model), weakref.ref(setup.optimizer)
+    del setup
+    gc.collect()
+    assert model() is None and optimizer() is None
+
+
+def test_statistics_still_gather_while_their_owner_holds_them(tiny_config):
+    model = tiny_model(tiny_config)
+    statistics = UnitStatistics(model)
+    inputs, targets = batch(tiny_config)
+    torch.nn.functional.cross_entropy(model(inputs), targets).backward()
+    assert all(int(s.age.max()) == 1 for layers in statistics.layers.values() for s in layers)

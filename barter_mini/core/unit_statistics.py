@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import time
+import weakref
 
 import torch
 from torch import nn
@@ -183,6 +184,20 @@ def _unit_index(specs: list, counts: list[int], offsets: list[int], device) -> t
     return torch.cat(index)
 
 
+def _weak_hook(statistics: "UnitStatistics"):
+    """The gradient hook of ``statistics``, holding it weakly. A tensor keeps its hooks in
+    C++, where Python's garbage collector cannot see them: a hook holding the statistics
+    (and through them the model and its parameters, which hold the hook) would be a cycle
+    that is never collected, and every dropped model would stay in memory."""
+    owner = weakref.ref(statistics)
+
+    def on_accumulated(param) -> None:
+        statistics = owner()
+        if statistics is not None:
+            statistics._on_accumulated(param)
+    return on_accumulated
+
+
 @dataclass
 class UnitStatistics:
     """Statistics of every layer and unit kind of a compact model, gathered once per backward.
@@ -249,7 +264,8 @@ class UnitStatistics:
                                _unit_index(specs["out"], counts, offsets, device), ema, age)
         if self.in_backward:
             self._queued = False
-            self._handles += [t.register_post_accumulate_grad_hook(self._on_accumulated)
+            hook = _weak_hook(self)
+            self._handles += [t.register_post_accumulate_grad_hook(hook)
                               for t in self._packed.inputs + self._packed.outputs]
 
     def detach(self) -> None:
