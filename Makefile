@@ -8,6 +8,8 @@ STAMP   := $(VENV)/.installed-stamp
 PROFILE ?= quick
 BOOK_JOBS ?= 2
 LAB_ARGS ?=
+# extra pytest arguments, e.g. PYTEST_ARGS="--junitxml=times.xml" (every test's seconds)
+PYTEST_ARGS ?=
 FASHION_DEBIAN := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -48,7 +50,7 @@ data: install
 	$(PY) -m barter_mini.cli data cifar10
 
 test: system-test data
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The runs every notebook reads are trained first, BOOK_JOBS at a time with the cores shared
 # out among them (on two cores two one-thread runs side by side beat one two-thread run;
