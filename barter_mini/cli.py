@@ -155,7 +155,7 @@ def cmd_bench(args) -> int:
                    if wanted and name not in executions]
     if args.profile == "paper-gpu":
         from .measure.gpu_check import run_gpu_check
-        rows = run_gpu_check(args.device, progress=not args.json)
+        rows = run_gpu_check(args.device, progress=not args.json, out=Path(args.out) if args.out else None)
     else:
         rows = bench(args.model, batch=args.batch, steps=args.steps, warmup=args.warmup,
                      segment_steps=args.segment_steps, update_samples=args.update_samples, device=args.device,

@@ -2,6 +2,7 @@
 
 import json
 import statistics
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from barter_mini.book.efficiency import iphone_comparison
 from barter_mini.cli import main
 from barter_mini.core.counting import counted_training_gflops_per_image, forward_flops_per_image
 from barter_mini.core.models import build_model, get_model_config
-from barter_mini.measure.bench import build_training_step, bench, graph_cost, update_cost
+from barter_mini.measure.bench import bench, build_training_step, check_bench_arguments, graph_cost, update_cost
 from barter_mini.measure.bench_report import execution_effects, fixed_work, format_report, ratios, step_ratios
 from barter_mini.measure.memory import step_memory, tensor_bytes
 from barter_mini.measure.breakdown import CATEGORIES, FIXED, ideal_without_fixed_work, step_profile
@@ -254,3 +255,56 @@ def test_the_cost_tables_have_a_row_per_model_and_method(rows):
     barter = next(r for r in rows if r["method"] == "barter")
     assert steps.loc[("again", "barter"), 0.3] == round(barter["step_ms"], 1)
     assert tables["peak memory (MB)"].loc[("cct-mini", "barter"), 0.3] == round(barter["peak_mem_mb"], 1)
+
+
+def test_the_gpu_check_writes_each_group_as_it_finishes_and_survives_a_failing_one(monkeypatch, tmp_path, capsys):
+    """On a machine without a GPU the measurement is replaced, nothing else: one group's
+    recording fails (measured again without graphs, marked), another fails entirely (one
+    row per case with its one-line error), and the rows of every group before are already
+    on disk when the next one starts."""
+    import json
+
+    from barter_mini.measure import gpu_check
+
+    cases = (gpu_check.GpuCase("cct-mini", 8, ("dense", "rigl", "barter"), (0.3, 0.5, 0.7)),)
+    out = tmp_path / "gpu.json"
+    seen_on_disk = []
+
+    def measure(model, methods, densities, executions, **settings):
+        seen_on_disk.append(len(json.loads(out.read_text())) if out.exists() else 0)
+        if densities == [0.5] and "bf16+graphs" in executions:
+            raise RuntimeError("CUDA graph capture failed: operation not permitted when stream is capturing\nmore")
+        if densities == [0.7]:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
+        return [{"model": model, "method": m, "density": d, "execution": e, "step_ms": 1.0}
+                for m, d, e in check_bench_arguments(model, methods, densities, 8, 1, executions)]
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    rows = gpu_check.run_gpu_check(progress=False, cases=cases, out=out, measure=measure)
+    assert capsys.readouterr().out.startswith("paper-gpu: 3 groups, 21 cases, about 546 training steps")
+    assert json.loads(out.read_text()) == rows
+    first = [r for r in rows if r["density"] in (0.3, 1.0)]
+    assert len(first) == 3 * 3 and not any("fallback" in r or "error" in r for r in first)   # dense once, first
+    fallback = [r for r in rows if r["density"] == 0.5]
+    assert {r["execution"] for r in fallback} == {"eager", "bf16"} and len(fallback) == 4
+    assert all(r["fallback"] == "without graphs after RuntimeError: CUDA graph capture failed: operation not "
+               "permitted when stream is capturing" for r in fallback)
+    failed = [r for r in rows if r["density"] == 0.7]
+    assert len(failed) == 6 and all(r["error"] == "OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"
+                                    for r in failed)
+    assert seen_on_disk == [0, 9, 9, 13, 13]      # each group's rows were on disk before the next began
+
+
+def test_the_gpu_check_runs_from_the_source_tree_with_the_machines_own_python(tmp_path):
+    """The documented offline form: no install, the repository on PYTHONPATH; on a machine
+    without a GPU it stops with its one-line reason and writes nothing."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, "-m", "barter_mini.cli", "bench", "--profile", "paper-gpu", "--out",
+                             str(tmp_path / "gpu.json")], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(repo), "CUDA_VISIBLE_DEVICES": ""}, timeout=300)
+    assert result.returncode != 0 and "measures a CUDA GPU" in result.stderr and not (tmp_path / "gpu.json").exists()
+    assert "PYTHONPATH=. python3 -m barter_mini.cli bench --profile paper-gpu" in (repo / "README.md").read_text()

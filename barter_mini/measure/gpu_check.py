@@ -7,18 +7,27 @@ graph replays the steps between updates, each update step runs eagerly). Static 
 their own, so BARTER's step is read against its frozen model (the paper's 1.8 %) and against
 the full-width model. Every case is also profiled: kernel launches per step and the share of
 the step the GPU was busy. Sized to finish well inside eight minutes on one H100/H200-class
-GPU; the rows are written as JSON.
+GPU; the rows are written as JSON after every group of cases, so that nothing measured is
+lost to a later failure (:func:`run_gpu_check`).
+
+It runs where nothing can be installed, on the machine's own torch, from the source tree::
+
+    PYTHONPATH=. python3 -m barter_mini.cli bench --profile paper-gpu --out gpu.json
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from ..core.execution import EXECUTIONS
 from ..errors import BarterError
-from .bench import DEFAULT_DENSITIES, DEFAULT_METHODS, bench
+from ..training.checkpoints import write_json
+from ..training.methods import get_method
+from .bench import DEFAULT_DENSITIES, DEFAULT_METHODS, bench, check_bench_arguments
 
 #: the executions every case is measured in, side by side
 GPU_EXECUTIONS = ("eager", "bf16", "bf16+graphs")
@@ -44,14 +53,65 @@ GPU_CHECK = (
 BENCH_SETTINGS = {"steps": 10, "warmup": 3, "segment_steps": 10, "update_samples": 2, "profile_steps": 2}
 
 
-def run_gpu_check(device: str = "auto", progress: bool = True, cases=GPU_CHECK) -> list[dict]:
-    """Every case of ``cases`` through :func:`~barter_mini.measure.bench.bench` (see the
-    module); one row per model, method, density and execution."""
+def check_groups(cases=GPU_CHECK) -> list[tuple[GpuCase, tuple[str, ...], float]]:
+    """The groups the check measures one after the other: per model and density, every
+    method side by side (so BARTER's step is timed beside RigL's and Static's at the same
+    density); dense, trained at rho = 1 only, in its model's first group."""
+    groups = []
+    for case in cases:
+        for i, density in enumerate(case.densities):
+            methods = tuple(m for m in case.methods if i == 0 or get_method(m).fixed_density is None)
+            groups.append((case, methods, density))
+    return groups
+
+
+def check_plan(cases=GPU_CHECK) -> str:
+    """What the check will measure, counted before it starts: groups, cases, training steps
+    (warm-up, timed, the epoch segment, the profiled ones) and the timed updates."""
+    per_case = sum(BENCH_SETTINGS[k] for k in ("steps", "warmup", "segment_steps", "profile_steps")) + 1
+    counted = [len(check_bench_arguments(case.model, methods, [density], case.batch, BENCH_SETTINGS["steps"],
+                                         GPU_EXECUTIONS, BENCH_SETTINGS["profile_steps"]))
+               for case, methods, density in check_groups(cases)]
+    count = sum(counted)
+    return (f"paper-gpu: {len(counted)} groups, {count} cases, about {count * per_case:,} training steps and "
+            f"{count * BENCH_SETTINGS['update_samples']} timed updates; each group's rows are written as it "
+            "finishes")
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
+
+
+def run_gpu_check(device: str = "auto", progress: bool = True, cases=GPU_CHECK, out: Path | None = None,
+                  measure=bench) -> list[dict]:
+    """Every group of :func:`check_groups` through ``measure``
+    (:func:`~barter_mini.measure.bench.bench`); one row per model, method, density and
+    execution. After each group every row so far is written to ``out`` (atomically, as
+    JSON), so a failure or a time limit later loses nothing measured. A group that fails is
+    measured again without CUDA graphs (its rows marked ``fallback``) and, failing again,
+    leaves one row per case with the one-line ``error``; the check goes on with the next."""
     if device == "cpu" or not torch.cuda.is_available():
         raise BarterError("the paper-gpu profile measures a CUDA GPU (bf16 and CUDA graphs) and there is none "
                           "here: run `barter-mini bench` without --profile on the CPU")
+    print(check_plan(cases), flush=True)
     rows = []
-    for case in tqdm(cases, desc="paper-gpu", disable=not progress):
-        rows += bench(case.model, case.methods, case.densities, batch=case.batch, device="cuda",
-                      progress=False, executions=GPU_EXECUTIONS, **BENCH_SETTINGS)
+    for case, methods, density in tqdm(check_groups(cases), desc="paper-gpu", disable=not progress):
+        def measured(executions) -> list[dict]:
+            return measure(case.model, methods, [density], batch=case.batch, device="cuda", progress=False,
+                           executions=executions, **BENCH_SETTINGS)
+        try:
+            rows += measured(GPU_EXECUTIONS)
+        except Exception as error:  # noqa: BLE001 -- any failure of one group (a recording, memory) is a row
+            first = _one_line(error)
+            eager = tuple(e for e in GPU_EXECUTIONS if not EXECUTIONS[e].graphs)
+            try:
+                rows += [{**row, "fallback": f"without graphs after {first}"} for row in measured(eager)]
+            except Exception as again:  # noqa: BLE001
+                rows += [{"model": case.model, "method": method, "density": case_density, "execution": execution,
+                          "batch": case.batch, "error": _one_line(again)}
+                         for method, case_density, execution in check_bench_arguments(
+                             case.model, methods, [density], case.batch, 1, GPU_EXECUTIONS)]
+        if out is not None:
+            write_json(Path(out), rows)
     return rows
