@@ -7,6 +7,8 @@ test gives both runs float32 tensors, so they must agree bit for bit)."""
 
 import pytest
 import torch
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from barter_mini.core.execution import Execution
 from barter_mini.errors import BarterError
@@ -19,10 +21,33 @@ from barter_mini.training.step import training_step
 from barter_mini.training.trainer import build_training
 
 
+class ReadTensors(TorchDispatchMode):
+    """The tensors a step reads that it did not make itself (weights, optimizer state,
+    masks, statistics, input buffers): what a recorded graph holds the addresses of. Each
+    is kept alive while the mode is, so no other tensor can take its identity."""
+
+    def __init__(self):
+        super().__init__()
+        self.made, self.read = {}, {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in pytree.tree_leaves((args, kwargs)):
+            if isinstance(t, torch.Tensor) and id(t) not in self.made:
+                self.read[id(t)] = t
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.made[id(t)] = t
+        return out
+
+
 class HostBackend:
     """A host stand-in for CUDA's graphs: a capture runs the body once and then undoes its
     effects (a real capture executes nothing), remembering the learning-rate tensors the
-    recorded optimizer step read; a replay runs the body again with them."""
+    recorded optimizer step read and every tensor it read from outside itself; a replay
+    runs the body again with those learning rates and fails, as a real replay would read
+    freed memory, when the step now reads a tensor the recording did not (one that an
+    update replaced since)."""
 
     def __init__(self, t):
         self.t = t
@@ -43,7 +68,9 @@ class HostBackend:
         saved = [v.detach().clone() for v in self._live()]
         graph["body"] = body
         graph["lr"] = [group["lr"] for group in self.t.optimizer.param_groups]
-        body()
+        with ReadTensors() as read:
+            body()
+        graph["read"] = read.read
         with torch.no_grad():
             for live, value in zip(self._live(), saved):
                 live.copy_(value)
@@ -53,7 +80,11 @@ class HostBackend:
         floats = [group["lr"] for group in self.t.optimizer.param_groups]
         for group, lr in zip(self.t.optimizer.param_groups, graph["lr"]):
             group["lr"] = lr                  # what the recorded kernels read
-        graph["body"]()
+        with ReadTensors() as read:
+            graph["body"]()
+        replaced = set(read.read) - set(graph["read"])
+        assert not replaced, (f"a replay read {len(replaced)} tensors the recording did not "
+                              f"(shapes {[tuple(read.read[i].shape) for i in list(replaced)[:3]]}): the graph is stale")
         for group, value in zip(self.t.optimizer.param_groups, floats):
             group["lr"] = value
 
@@ -160,3 +191,35 @@ def test_which_methods_may_replay():
     update = rigl.schedule.update_steps[0]
     assert rigl.graph_safe(1) and rigl.graph_safe(update + 1) and not rigl.graph_safe(update)
     assert all(spec.replayable for spec in METHODS.values())
+
+
+@pytest.mark.parametrize("method", ["rigl", "s2vite", "barter"])
+def test_an_update_made_outside_the_graphed_step_is_never_replayed_stale(method):
+    """The bench times an update by calling the controller's ``after_step`` itself, around
+    the graphed step; the next step must not replay a graph that reads the masks or
+    parameters the update replaced (the stand-in fails such a replay), but run eagerly and
+    record anew."""
+    from barter_mini.measure.bench import update_cost
+
+    setup = build_training_step("cct-mini", method, 0.5, 4, 400, torch.device("cpu"))
+    backend = HostBackend(setup)
+    setup.graphed = GraphedStep(setup.model, setup.optimizer, setup.criterion, setup.controller, Execution(),
+                                backend)
+    for _ in range(3):
+        setup()
+    recorded = setup.graphed.captures
+    versions = setup.controller.tensors_version
+    cost = update_cost(setup, samples=2, device=torch.device("cpu"))
+    assert cost["update_units_moved"] > 0 or method != "barter"
+    assert setup.controller.tensors_version >= versions + 2
+    assert setup.graphed.captures >= recorded + 2         # recorded anew after each sampled update
+    setup()                                               # and replays again: nothing stale
+    assert setup.graphed.replays > 0
+
+
+def test_a_barter_update_step_that_moves_nothing_replays():
+    barter = build_training_step("cct-mini", "barter", 0.5, 4, 20_000, torch.device("cpu")).controller
+    quiet = [s for s in barter.schedule.update_steps if not any(barter.schedule.transfers_at(s).values())]
+    moving = barter.changing_steps()
+    assert quiet and moving
+    assert barter.graph_safe(quiet[0]) and not barter.graph_safe(moving[0])

@@ -458,16 +458,22 @@ class BarterController(MethodController):
     def before_step(self) -> None:
         if not self.statistics.in_backward:
             self.statistics.observe()       # averaged over processes, unscaled: the whole batch's
-        if self.schedule.is_update(self.step + 1):     # the statistics decide after this step
+        if self._moves_after(self.step + 1):          # the statistics decide after this step
             check_finite(self.statistics.tensors(), self.step + 1, "BARTER's unit statistics")
         if self.warmup is not None:
             self.warmup.before_step()
 
+    def _moves_after(self, step: int) -> bool:
+        """Whether the update after ``step`` moves any unit: the cosine schedule spreads its
+        units over the update steps, and late in training most of them move nothing."""
+        return any(self.schedule.transfers_at(step).values())
+
     def graph_safe(self, step: int) -> bool:
-        """Replayable unless the statistics decide after ``step`` (:meth:`before_step` then
-        checks them on the host), the clones' optimizer state warms up (host work every step)
-        or the statistics read the gradients after backward rather than in it (DDP)."""
-        return not self.schedule.is_update(step) and self.warmup is None and self.statistics.in_backward
+        """Replayable unless the statistics decide after ``step`` (units move then, and
+        :meth:`before_step` checks them on the host), the clones' optimizer state warms up
+        (host work every step) or the statistics read the gradients after backward rather
+        than in it (DDP). An update step that moves nothing replays like any other."""
+        return not self._moves_after(step) and self.warmup is None and self.statistics.in_backward
 
     def after_step(self, step: int) -> dict[str, Transfer] | None:
         self.step = step

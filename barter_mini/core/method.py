@@ -21,6 +21,7 @@ and says how a trained model of the method is exported in its smallest dense for
 
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar
 
 import torch
@@ -50,6 +51,18 @@ class MethodController:
 
     #: the method's name in the registry and in metrics.json
     name: ClassVar[str] = "method"
+    #: how many times :meth:`after_step` changed the model's tensors (a topology or mask
+    #: update), counted whoever called it: a recorded CUDA graph addresses the tensors of
+    #: one version and is recorded again when this moves (:mod:`~barter_mini.training.graphs`)
+    tensors_version: int = 0
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        """Every method's ``after_step`` counts its own changes (:attr:`tensors_version`), so
+        that no caller (the trainer, the bench's update timing, a probe) can change the
+        tensors without a recorded graph seeing it."""
+        super().__init_subclass__(**kwargs)
+        if "after_step" in cls.__dict__:
+            cls.after_step = _counting_changes(cls.__dict__["after_step"])
 
     def before_step(self) -> None:
         """Called after ``loss.backward()`` and before ``optimizer.step()``."""
@@ -93,6 +106,22 @@ class MethodController:
         removed); ``model`` itself is never modified.
         """
         return model
+
+
+def _counting_changes(after_step):
+    """``after_step`` that adds one to the controller's :attr:`~MethodController.tensors_version`
+    whenever it reports a change (returns something other than None)."""
+    if getattr(after_step, "counts_changes", False):
+        return after_step
+
+    @functools.wraps(after_step)
+    def counted(self, step: int):
+        changed = after_step(self, step)
+        if changed is not None:
+            self.tensors_version += 1
+        return changed
+    counted.counts_changes = True
+    return counted
 
 
 class Dense(MethodController):

@@ -20,8 +20,9 @@ A step runs eagerly instead (:func:`~barter_mini.training.step.training_step`) w
 * the controller decides after it (:meth:`~barter_mini.core.method.MethodController.graph_safe`
   is False: its checks read values on the host, its gradients feed an update),
 * its batch has another shape than the graph's (an epoch's last, smaller batch),
-* the tensors changed since the capture: that step runs eagerly on a side stream (which
-  also warms up what a capture must not allocate lazily), then the graph is recorded.
+* the tensors changed since the capture (the controller's ``tensors_version`` moved, by
+  any caller of its ``after_step``): that step runs eagerly on a side stream (which also
+  warms up what a capture must not allocate lazily), then the graph is recorded.
 
 The capture itself executes nothing. The loss is checked after the replay, so under graphs
 a non-finite loss stops the run one optimizer step later than an eager run would.
@@ -86,15 +87,6 @@ class CudaBackend:
         return torch.cuda.memory_reserved()
 
 
-def tensors_signature(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple:
-    """What a graph's addresses depend on: every parameter's identity and shape, and the
-    optimizer's state tensors (a surgery replaces them all; a mask update replaces masks,
-    which the controller reports by a changed ``after_step``)."""
-    params = tuple((id(p), tuple(p.shape)) for p in model.parameters())
-    state = tuple(id(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v))
-    return params, state
-
-
 @dataclass
 class GraphedStep:
     """Replays one recorded training step (see the module); call it as
@@ -117,7 +109,8 @@ class GraphedStep:
     replays: int = 0
     eager_steps: int = 0
     _graph: Any = field(default=None, init=False, repr=False)
-    _signature: tuple | None = field(default=None, init=False, repr=False)
+    #: the controller's tensors_version the graph was recorded at
+    _version: int | None = field(default=None, init=False, repr=False)
     _largest: torch.Size | None = field(default=None, init=False, repr=False)
     _static: dict = field(default_factory=dict, init=False, repr=False)
     _lr: list = field(default_factory=list, init=False, repr=False)
@@ -129,7 +122,7 @@ class GraphedStep:
         graph_safe = self.controller is None or self.controller.graph_safe(step)
         if not graph_safe or (self._graph is not None and x.shape != self._static["x"].shape):
             return self._eager(x, y, step, check_loss)
-        if self._graph is None or tensors_signature(self.model, self.optimizer) != self._signature:
+        if self._graph is None or self._tensors_version() != self._version:
             outcome = self._eager(x, y, step, check_loss, warm_up=True)
             # record only where the recorded before_step is the next step's: not before an
             # update (it would read values on the host), not after one (the tensors changed)
@@ -194,9 +187,15 @@ class GraphedStep:
         self.backend.synchronize()
         self.memory_bytes = max(self.memory_bytes, self.backend.memory_reserved() - reserved)
         self._graph = graph
-        self._signature = tensors_signature(self.model, self.optimizer)
+        self._version = self._tensors_version()
         self.captures += 1
         self.capture_seconds += time.perf_counter() - started
+
+    def _tensors_version(self) -> int:
+        """Which tensors the step addresses now: the controller counts every change it makes
+        (:attr:`~barter_mini.core.method.MethodController.tensors_version`), whoever asked
+        for it, so this is one read per step rather than a walk over the parameters."""
+        return self.controller.tensors_version if self.controller is not None else 0
 
     def metrics(self) -> dict:
         """What metrics.json reports of the graphs."""
