@@ -11,7 +11,8 @@ import pytest  # noqa: E402
 from matplotlib import pyplot as plt  # noqa: E402
 
 from barter_mini.book import finetuning, optimizer_state, reallocation_study, report, transfer_counts  # noqa: E402
-from barter_mini.book.report import (METHOD_PALETTE, method_style, methods_missing_from_legend,  # noqa: E402
+from barter_mini.book import palette  # noqa: E402
+from barter_mini.book.palette import (METHOD_PALETTE, method_style, methods_missing_from_legend,  # noqa: E402
                                      require_method_legend)
 from barter_mini.errors import BarterError  # noqa: E402
 
@@ -31,7 +32,7 @@ def test_a_method_drawn_without_a_label_is_found():
         with pytest.raises(BarterError, match=r"draws set, srigl, static, barter in its colour") as error:
             require_method_legend(fig)
         assert "\n" not in str(error.value)
-        report.method_legend(fig)   # a figure legend of every label: still nothing names them
+        palette.method_legend(fig)   # a figure legend of every label: still nothing names them
         assert methods_missing_from_legend(fig) == ["set", "srigl", "static", "barter"]
         fig.legend([right.collections[0]], ["static, one-shot"])   # "static, ..." names static
         assert methods_missing_from_legend(fig) == ["set", "srigl", "barter"]
@@ -96,7 +97,7 @@ def test_the_figures_that_draw_methods_in_their_colours_are_checked_on_something
     for name in ("accuracy_against_density", "compute_matched", "multipliers"):
         fig = FIGURES[name]()
         try:
-            drawn = {method for ax in fig.axes for colour in report._drawn_colours(ax)
+            drawn = {method for ax in fig.axes for colour in palette._drawn_colours(ax)
                      for method, rgb in METHOD_PALETTE.items() if max(abs(a - b) for a, b in zip(colour, rgb)) < 1e-3}
             assert drawn, name
         finally:

@@ -23,8 +23,8 @@ from barter_mini.book.efficiency import PAPER_COMPUTE_TABLES, compute_beside_pap
 from barter_mini.book.experiments import accuracy_beside_step_time, read_paper_table, run_grid  # noqa: E402
 from barter_mini.book.profiles import PROFILES  # noqa: E402
 from barter_mini.book.tables import HEADERS, column_words  # noqa: E402
-from barter_mini.book.report import (BARTER_COLOR, COMPUTE_COLUMNS, METHOD_MARKERS, METHOD_ORDER,  # noqa: E402
-                                     METHOD_PALETTE,
+from barter_mini.book.palette import BARTER_COLOR, METHOD_MARKERS, METHOD_ORDER, METHOD_PALETTE  # noqa: E402
+from barter_mini.book.report import (COMPUTE_COLUMNS,  # noqa: E402
                                      RATIO_COLUMNS, RUN_COLUMNS, STEP_TIME_COLUMNS, TRANSFER_COST_COLUMNS,
                                      UPDATE_COST_COLUMNS, UPDATE_COST_DECIMALS, by_density,
                                      plot_accuracy_against_density, plot_cost_against_density, readable)

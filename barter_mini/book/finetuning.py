@@ -33,7 +33,7 @@ from ..core.models import get_model_config
 from .experiments import mean_std, profile_run, read_paper_table
 from .figures import stacked_panels
 from .profiles import Profile
-from .report import method_legend, method_style, require_method_legend
+from .palette import method_legend, method_style, require_method_legend
 from .tables import settings_markdown
 
 

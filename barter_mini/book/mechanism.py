@@ -22,7 +22,7 @@ from ..core.models import get_model_config
 from ..errors import BarterError
 from ..training.optimization import seed_everything
 from .figures import BOOK_RC, MAX_WIDTH_IN, check_figure, stacked_panels
-from .report import BARTER_COLOR
+from .palette import BARTER_COLOR
 from .walkthrough import briefly_trained
 
 #: the figures :func:`write_mechanism_figures` writes, by file name

@@ -36,7 +36,7 @@ from ..training.trainer import UPDATE_WINDOW
 from .experiments import mean_std, profile_run
 from .profiles import Profile
 from .figures import stacked_panels
-from .report import require_method_legend
+from .palette import require_method_legend
 
 #: (method, policy) -> the settings that choose the policy
 POLICIES: dict[tuple[str, str], dict] = {

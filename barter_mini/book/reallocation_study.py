@@ -30,7 +30,7 @@ from ..training.run_config import RunConfig
 from .experiments import mean_std, profile_run
 from .figures import CYCLE_COLORS, MAX_WIDTH_IN, stacked_panels
 from .profiles import Profile
-from .report import require_method_legend
+from .palette import require_method_legend
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from ..training.run_config import RunConfig
 from .experiments import mean_std, profile_run, read_paper_table
 from .figures import plain_log_labels, stacked_panels
 from .profiles import Profile
-from .report import BARTER_COLOR, require_method_legend
+from .palette import BARTER_COLOR, require_method_legend
 from .tables import count_noun
 
 def multiplier_run(setup: Profile, multiplier: float, density: float, seed: int) -> RunConfig:
