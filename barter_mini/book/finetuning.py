@@ -31,7 +31,7 @@ from ..training.recipes import get_recipe
 from ..training.run_config import RunConfig
 from ..core.models import get_model_config
 from .experiments import mean_std, profile_run, read_paper_table
-from .figures import stacked_panels
+from .figures import plain_log_labels, stacked_panels
 from .profiles import Profile
 from .palette import method_legend, method_style, require_method_legend
 from .tables import settings_markdown
@@ -220,6 +220,7 @@ def plot_compute_matched(summary: pd.DataFrame, paper: pd.DataFrame | None = Non
             for x, y, d in zip(rows["pflops"], rows["acc_mean"], rows["density"]):
                 ax.annotate(f"{d:g}", (x, y), textcoords="offset points", xytext=(5, 4), fontsize="small")
         ax.set_xscale("log")
+        plain_log_labels(ax.xaxis)
         ax.set_xlabel("cumulative training compute (PFLOPs, log scale)")
         ax.set_ylabel("test Top-1 (%)")
         ax.margins(x=0.12)  # room for the density labels at the ends
