@@ -31,3 +31,20 @@ def test_probed_run_is_the_plain_run_and_records_every_update(method, tmp_path):
             assert part["after_clone"]["loss"] == pytest.approx(update["before"]["loss"], abs=1e-3)
     distances = probed["probe"]["clone_distances"]
     assert distances and all(0 < d["distance"]["1"] < 1 for d in distances if d["distance"])
+
+
+def test_a_runs_controller_cannot_be_swapped_behind_its_graphed_step():
+    from barter_mini.core.method import Static
+    from barter_mini.errors import BarterError
+    from barter_mini.training.run_config import RunConfig
+    from barter_mini.training.trainer import build_training
+
+    t = build_training(RunConfig(method="static", dataset="digits", recipe="smoke", epochs=1, density=0.5,
+                                 progress=False))
+    with pytest.raises(BarterError, match=r"controller is fixed when it is built.*wrap_controller"):
+        t.controller = Static()
+    seen = []
+    wrapped = build_training(RunConfig(method="static", dataset="digits", recipe="smoke", epochs=1, density=0.5,
+                                       progress=False),
+                             wrap_controller=lambda c, model, recipe, loaders, device: seen.append(c) or c)
+    assert seen == [wrapped.controller]

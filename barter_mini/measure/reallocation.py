@@ -35,7 +35,7 @@ from ..core.method import MethodController
 from ..core.surgery import allocation_of, unit_count, unit_parameters
 from ..core.unit_statistics import UnitStatistics
 from ..training.run_config import RunConfig
-from ..training.trainer import Training, build_training, fit_one_epoch
+from ..training.trainer import build_training, fit_one_epoch
 
 #: the per-layer importance the probe records, whatever score the run prunes by: the
 #: Taylor importance of the module docstring, for BARTER and Static alike
@@ -196,11 +196,11 @@ class ProbedController(MethodController):
                                                   "clone_distances": self.clone_distances}}
 
 
-def probe_batches(t: Training, images: int) -> list:
-    """The first ``images`` validation images of the run, as batches on its device."""
+def probe_batches(loaders, device: torch.device, images: int) -> list:
+    """The first ``images`` validation images of a run (``loaders[1]``), as batches on its device."""
     batches, seen = [], 0
-    for x, y in t.loaders[1]:
-        batches.append((x.to(t.device), y.to(t.device)))
+    for x, y in loaders[1]:
+        batches.append((x.to(device), y.to(device)))
         seen += len(y)
         if seen >= images:
             break
@@ -210,9 +210,10 @@ def probe_batches(t: Training, images: int) -> list:
 def probe_run(run: RunConfig, images: int = 1000, later: tuple[int, ...] = LATER) -> dict:
     """Train ``run`` with its updates probed; return the probe records and the final
     validation scores (nothing is written: the run is for measuring, not for the cache)."""
-    t = build_training(run)
-    every = t.recipe.barter.delta_t
-    t.controller = ProbedController(t.controller, t.model, probe_batches(t, images), every, later)
+    def probed(controller, model, recipe, loaders, device) -> ProbedController:
+        return ProbedController(controller, model, probe_batches(loaders, device, images), recipe.barter.delta_t, later)
+
+    t = build_training(run, wrap_controller=probed)
     while t.epoch <= t.recipe.epochs:
         fit_one_epoch(t)
     return {"method": run.method, "seed": run.seed, "density": t.run.density, "history": t.history,

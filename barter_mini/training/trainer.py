@@ -118,6 +118,12 @@ def _copy(value):
 class Training:
     """A run in progress: what :func:`build_training` sets up and :func:`fit_one_epoch` advances."""
 
+    def __setattr__(self, name: str, value) -> None:
+        if name == "controller" and "controller" in self.__dict__:
+            raise BarterError("a run's controller is fixed when it is built: the graphed step and the "
+                              "checkpoints hold it; wrap it through build_training(wrap_controller=...)")
+        super().__setattr__(name, value)
+
     run: RunConfig
     recipe: Recipe
     config: ModelConfig
@@ -272,10 +278,13 @@ def run_length(run: RunConfig, recipe: Recipe, steps_per_epoch: int, gflops_per_
     return total_steps, replace(recipe, epochs=math.ceil(total_steps / steps_per_epoch))
 
 
-def build_training(run: RunConfig, checkpoint: dict | None = None) -> Training:
+def build_training(run: RunConfig, checkpoint: dict | None = None, wrap_controller=None) -> Training:
     """Data, model, optimizer, LR schedule and the method's controller of ``run``; from a
     ``last.pt`` ``checkpoint`` of the same run, everything as it was when it was written
-    (:func:`resume_training`)."""
+    (:func:`resume_training`). ``wrap_controller(controller, model, recipe, loaders, device)``
+    may wrap the method's controller (a probe of its updates) before anything holds it: a
+    run's controller is fixed once built (:class:`Training` refuses another), so a graphed
+    step and a checkpoint can never hold a different one from the run's."""
     run = run.validate()
     device = parallel.process_device(resolve_device(run.device))
     seed_everything(run.seed)
@@ -297,6 +306,8 @@ def build_training(run: RunConfig, checkpoint: dict | None = None) -> Training:
     controller = get_method(run.method).build(MethodSetup(model, optimizer, run.density, total_steps, recipe,
                                                           run.seed, from_trained=run.init is not None,
                                                           loss_scaled=execution.loss_scaling))
+    if wrap_controller is not None:
+        controller = wrap_controller(controller, model, recipe, loaders, device)
     t = Training(run, recipe, config, device, model, optimizer, scheduler, controller, make_criterion(recipe),
                  loaders, total_steps, started=time.perf_counter(), gflops_per_image=gflops,
                  execution=execution, scaler=execution.grad_scaler(device))
