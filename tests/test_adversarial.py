@@ -194,10 +194,13 @@ def test_barter_never_decides_on_non_finite_statistics():
     model = tiny_model(TINY_CCT)
     optimizer = torch.optim.AdamW(model.parameters())
     controller = BarterController(model, optimizer, total_steps=100, settings=BarterSettings(delta_t=5))
-    first = controller.schedule.update_steps[0]
+    first = controller.changing_steps()[0]              # the first update that moves units
+    quiet = controller.schedule.update_steps[0]         # an update step on which nothing is due
+    assert quiet < first
     controller.statistics.layers["heads"][1].pruning_ema[0] = math.nan
-    controller.step = first - 2
-    controller.before_step()                        # the next step decides nothing: no check
+    for before in (first - 2, quiet - 1):               # the next step decides nothing: no check
+        controller.step = before
+        controller.before_step()
     controller.step = first - 1
     with pytest.raises(TrainingDiverged, match=rf"step {first}: BARTER's unit statistics hold a non-finite"):
         controller.before_step()
