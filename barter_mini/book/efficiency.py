@@ -117,6 +117,12 @@ def iphone_comparison(rows: list[dict], density: float = 0.3) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def _eager_by_model(comparison: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The eager rows of ``comparison`` per model, in order of density."""
+    eager = comparison[comparison["execution"] == "eager"]
+    return [(model, rows.sort_values("density")) for model, rows in eager.groupby("model", sort=False)]
+
+
 def what_this_showed(comparison: pd.DataFrame, device: str) -> str:
     """Chapter 04's conclusion as Markdown from its own eager measurements: per model, BARTER's
     speedup over RigL per step beside the FLOPs-ideal one, its peak memory as a share of RigL's
@@ -124,12 +130,11 @@ def what_this_showed(comparison: pd.DataFrame, device: str) -> str:
 
     ``comparison`` holds :func:`~barter_mini.measure.bench_report.ratios` rows with a ``model``
     column."""
-    eager = comparison[comparison["execution"] == "eager"]
-    if eager.empty:
+    by_model = _eager_by_model(comparison)
+    if not by_model:
         return "No eager BARTER and RigL pair was measured, so there is nothing to compare."
     lines = []
-    for model, rows in eager.groupby("model", sort=False):
-        rows = rows.sort_values("density")
+    for model, rows in by_model:
         cases = [rows.iloc[0]] if len(rows) == 1 else [rows.iloc[0], rows.iloc[-1]]
         said = "; ".join(
             f"at rho = {r['density']:g} {r['speedup']:.2f}x faster per step than RigL (FLOPs ideal "
@@ -155,12 +160,11 @@ def headline(comparison: pd.DataFrame, device: str) -> str:
     :func:`what_this_showed`: per model, BARTER's speed as a multiple of RigL's at the lowest
     and highest density, as a share of the FLOPs-ideal speedup, and its peak memory as a
     share of RigL's."""
-    eager = comparison[comparison["execution"] == "eager"]
-    if eager.empty:
+    by_model = _eager_by_model(comparison)
+    if not by_model:
         return "No eager BARTER and RigL pair was measured in this build."
     parts = []
-    for model, rows in eager.groupby("model", sort=False):
-        rows = rows.sort_values("density")
+    for model, rows in by_model:
         low, high = rows.iloc[0], rows.iloc[-1]
         speeds = (f"{low['speedup']:.2f}x RigL's speed at rho = {low['density']:g}" if len(rows) == 1 else
                   f"{low['speedup']:.2f}x RigL's speed at rho = {low['density']:g} and {high['speedup']:.2f}x "
