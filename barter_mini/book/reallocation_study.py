@@ -234,8 +234,8 @@ def _side(mean: float, error: float) -> str:
 
 def verdict(paired: pd.DataFrame, variant: str, reference: str) -> str:
     """One sentence, from the numbers: is ``variant`` above, below or level with ``reference``
-    on validation Top-1, paired by seed, beyond one standard error? The two are named as
-    code (`` `static` is below `static, piled start` ``), so a label reads as one name."""
+    on validation Top-1, paired by seed, beyond one standard error? The two labels are set
+    in backticks, so that a label such as ``static, piled start`` reads as one name."""
     choose("variant", variant, set(paired["variant"]))
     row = paired.set_index("variant").loc[variant]
     mean, error, n = _paired_gap(paired, variant)
