@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 FASHION_DEBIAN := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install system-book system-test data test book lab gpu-bench clean
+.PHONY: install system-book system-test data test test-fast book lab gpu-bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,13 @@ data: install
 
 test: system-test data
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The contributors' lane: every test but the slow ones (the book in a browser, the notebooks,
+# whole training runs; tests/conftest.py lists them), a few minutes on two cores. It still
+# covers the core, the surgery, the statistics, the methods' rules and the CLI's errors;
+# `make test` (and CI) runs everything.
+test-fast: system-test data
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 # The runs every notebook reads are trained first, BOOK_JOBS at a time with the cores shared
 # out among them (on two cores two one-thread runs side by side beat one two-thread run;
