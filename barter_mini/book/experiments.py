@@ -61,13 +61,18 @@ def run_grid(setup: Profile, methods, densities, seeds, progress: bool = True) -
     for run in tqdm(grid_runs(setup, methods, densities, seeds), desc="runs", disable=not progress):
         method, density, seed = run.method, run.density, run.seed
         metrics = cached_train(run)
-        rows.append({"method": method, "density": density, "seed": seed,
-                     "val_acc": 100 * metrics["val_acc"], "val_f1": 100 * metrics["val_macro_f1"],
-                     "acc": 100 * metrics["test_acc"], "f1": 100 * metrics["test_macro_f1"],
+        rows.append({"method": method, "density": density, "seed": seed, **run_scores(metrics),
                      "wall_time_s": metrics["wall_time_s"], "params": metrics["params"],
                      "heads": tuple(metrics["allocation"]["heads"]),
                      "ffn": tuple(metrics["allocation"]["ffn"])})
     return pd.DataFrame(rows)
+
+
+def run_scores(metrics: dict) -> dict:
+    """A run's validation and test Top-1 and macro-F1 in %, under the names of the book's
+    tables (``val_acc``, ``val_f1``, ``acc``, ``f1``), from its metrics.json."""
+    return {"val_acc": 100 * metrics["val_acc"], "val_f1": 100 * metrics["val_macro_f1"],
+            "acc": 100 * metrics["test_acc"], "f1": 100 * metrics["test_macro_f1"]}
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:

@@ -24,7 +24,7 @@ import pandas as pd
 from ..errors import BarterError
 from ..training.cache import cached_metrics, sweep_command
 from ..training.checkpoints import write_csv_atomically
-from .experiments import ABLATION_METHODS, grid_runs
+from .experiments import ABLATION_METHODS, grid_runs, run_scores
 from .profiles import PROFILES, Profile
 
 #: where the recorded grids live
@@ -71,9 +71,8 @@ class RecordedGrid:
             if metrics is None:
                 missing += 1
                 continue
-            rows.append({"method": run.method, "density": run.density, "seed": run.seed,
-                         "val_acc": round(100 * metrics["val_acc"], 2), "acc": round(100 * metrics["test_acc"], 2),
-                         "f1": round(100 * metrics["test_macro_f1"], 2),
+            scores = {name: round(value, 2) for name, value in run_scores(metrics).items()}
+            rows.append({"method": run.method, "density": run.density, "seed": run.seed, **scores,
                          "wall_time_s": round(metrics["wall_time_s"], 1), "model": run.model,
                          "dataset": run.dataset, "recipe": run.recipe, "epochs": run.epochs,
                          "train_subset": run.train_subset, "commit": commit, "command": sweep_command(run)})
