@@ -186,6 +186,25 @@ def _paired_with_default(runs: pd.DataFrame, method: str, policy: str) -> pd.Ser
     return own.loc[seeds] - default.loc[seeds]
 
 
+def _against_defaults(runs: pd.DataFrame) -> list[tuple[str, str, pd.Series]]:
+    """``(method, policy, validation Top-1 minus the default's, seed by seed)`` for every
+    policy other than its method's default, where the default ran on some of its seeds."""
+    compared = []
+    for method, policy in dict.fromkeys(zip(runs["method"], runs["policy"])):
+        default = DEFAULT_POLICIES.get(method)
+        if policy == default or not ((runs["method"] == method) & (runs["policy"] == default)).any():
+            continue
+        diff = _paired_with_default(runs, method, policy)
+        if not diff.empty:
+            compared.append((method, policy, diff))
+    return compared
+
+
+def _above_beyond_noise(diff: pd.Series) -> bool:
+    """Above zero by more than one standard error ``std / sqrt(n)`` (two seeds or more)."""
+    return len(diff) > 1 and diff.mean() > diff.std() / len(diff) ** 0.5
+
+
 def reading_the_results(runs: pd.DataFrame) -> str:
     """Chapter 07's conclusion as Markdown bullets, composed from its runs
     (:func:`run_policies`), so it states the page's own numbers:
@@ -210,16 +229,10 @@ def reading_the_results(runs: pd.DataFrame) -> str:
              if rose else "It fell under every policy: there is no cold start to cure here.")
     lines = [line]
     gaps, beyond = [], []
-    for (method, policy) in spikes.index:
-        default = DEFAULT_POLICIES.get(method)
-        if policy == default or not ((runs["method"] == method) & (runs["policy"] == default)).any():
-            continue
-        diff = _paired_with_default(runs, method, policy)
-        if diff.empty:
-            continue
+    for method, policy, diff in _against_defaults(runs):
         spread = f" ± {diff.std():.2f}" if len(diff) > 1 else ""
-        gaps.append(f"{method} `{policy}` {diff.mean():+.2f}{spread} points against `{default}`")
-        if len(diff) > 1 and diff.mean() > diff.std() / len(diff) ** 0.5:
+        gaps.append(f"{method} `{policy}` {diff.mean():+.2f}{spread} points against `{DEFAULT_POLICIES[method]}`")
+        if _above_beyond_noise(diff):
             beyond.append(f"{method} `{policy}`")
     if gaps:
         lines.append("**Accuracy against the default.** Validation Top-1, paired by seed: " + "; ".join(gaps) + ".")
@@ -254,13 +267,7 @@ def headline(runs: pd.DataFrame) -> str:
     rose = [f"`{method}/{policy}`" for (method, policy), spike in spikes.items() if spike > 0]
     cold = (f"the loss rose just after an update under {', '.join(rose)}: a cold start" if rose else
             "the loss just after an update was lower than before it under every policy: no cold start to cure")
-    beyond = []
-    for method, policy in spikes.index:
-        if policy == DEFAULT_POLICIES.get(method):
-            continue
-        diff = _paired_with_default(runs, method, policy)
-        if len(diff) > 1 and diff.mean() > diff.std() / len(diff) ** 0.5:
-            beyond.append(f"`{method}/{policy}`")
+    beyond = [f"`{method}/{policy}`" for method, policy, diff in _against_defaults(runs) if _above_beyond_noise(diff)]
     if seeds < 2:
         verdict = "one seed cannot say whether any policy beats the defaults"
     elif beyond:
