@@ -187,10 +187,10 @@ def cmd_sweep(args) -> int:
             raise BarterError(f"--book trains the notebooks' own runs: leave out {', '.join(given)}")
         from .book.grids import book_stages
 
-        stages = book_stages(args.book, args.chapters)
+        stages = book_stages(args.book, args.chapters, parameters=dict(args.parameter or []))
     else:
-        if args.chapters is not None:
-            raise BarterError("--chapters chooses notebooks of --book PROFILE")
+        if args.chapters is not None or args.parameter:
+            raise BarterError("--chapters and --parameter choose notebooks of --book PROFILE and their values")
         if not args.methods:
             raise BarterError("give the grid's --methods (and --densities, --seeds), or --book PROFILE "
                               "for the runs the book's notebooks read")
@@ -207,6 +207,16 @@ def cmd_sweep(args) -> int:
                        log=lambda line: print(line, flush=True))
     print(report.summary(), flush=True)
     return 0 if args.dry_run or report.complete else 1
+
+
+def _notebook_parameter(text: str) -> tuple[str, object]:
+    name, equals, value = text.partition("=")
+    if not (name.isidentifier() and equals):
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE (VALUE in JSON, e.g. seeds=[0,1,2]), got {text!r}")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value          # a bare word: a string, as papermill reads cifar10
 
 
 def _non_negative_int(text: str) -> int:
@@ -447,6 +457,9 @@ def _sweep_parser(sub) -> None:
                       help="the runs `barter-mini book --profile PROFILE` reads (the notebooks' default parameters)")
     grid.add_argument("--chapters", type=_comma_list(str, "notebook numbers"),
                       help="with --book: only these notebooks, e.g. 02,06 (default: all)")
+    grid.add_argument("--parameter", type=_notebook_parameter, action="append", metavar="NAME=VALUE",
+                      help="with --book: train the notebooks with this parameter value instead of its default, "
+                           "as papermill -p would; VALUE in JSON, e.g. seeds=[0,1,2] (repeatable)")
     grid.add_argument("--methods", type=_comma_list(str, "method names"), help=f"comma-separated, from {', '.join(METHODS)}")
     grid.add_argument("--densities", type=_comma_list(float, "densities"),
                       help="comma-separated densities in (0, 1] (default 0.3; dense trains once at 1)")

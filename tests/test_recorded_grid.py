@@ -1,55 +1,51 @@
-"""The recorded grids of chapters 02 and 03: the runs their command trains are the chapter's
-own runs, and their rows come from a real run cache with the command and the commit that
-trained them."""
+"""The recorded grids: each is its chapter run with other parameter values, its one sweep
+command trains exactly those runs (the book build's own runs among them), and its table comes
+from a real run cache with the command and the commit that trained it."""
 
 from __future__ import annotations
 
+import re
 import shlex
-from dataclasses import replace
 
 import pytest
 
-from barter_mini.book import recorded_grid
-from barter_mini.book.experiments import summarize
-from barter_mini.book.profiles import PROFILES
-from barter_mini.book.recorded_grid import ABLATIONS, FROM_SCRATCH, GRIDS, RecordedGrid
-from barter_mini.cli import GRID_SETTINGS, build_parser
+from barter_mini.book.grids import book_stages
+from barter_mini.book.recorded_grid import GRIDS, MULTIPLIERS, PROVENANCE, RecordedGrid
+from barter_mini.cli import build_parser
 from barter_mini.errors import BarterError
-from barter_mini.training import sweep
 from barter_mini.training.cache import cached_train, run_dir
 
 
-def _sweep_runs(command: str):
-    """The runs ``barter-mini sweep`` would train for ``command``."""
-    args = build_parser().parse_args(shlex.split(command)[1:])
-    settings = {name: getattr(args, name) for name in GRID_SETTINGS if getattr(args, name) is not None}
-    return sweep.grid_runs(args.methods, args.densities, args.seeds, **settings)
+def _names(runs) -> list[str]:
+    return sorted(run_dir(run).name for run in runs)
 
 
-@pytest.mark.parametrize("grid, count", [(FROM_SCRATCH, 7 * 3 * 3 + 3), (ABLATIONS, 5 * 3)], ids=lambda g: str(g))
-def test_the_grid_command_trains_exactly_the_chapters_runs(grid, count):
-    setup = PROFILES["quick"]
-    ours = grid.runs(setup)
-    assert len(ours) == count
-    assert sorted(map(str, map(run_dir, _sweep_runs(grid.command(setup))))) == sorted(map(str, map(run_dir, ours)))
-    assert GRIDS[grid.name] is grid and grid.csv.parent.name == "data"
+@pytest.mark.parametrize("name, count", [("from_scratch", 7 * 3 * 3 + 3), ("ablations", 5 * 3),
+                                         ("policies", 5 * 3), ("multipliers", 4 * 3)])
+def test_the_grid_command_trains_exactly_the_chapters_runs_and_the_builds_own_among_them(name, count):
+    grid = GRIDS[name]
+    args = build_parser().parse_args(shlex.split(grid.command())[1:])
+    swept = book_stages(args.book, args.chapters, parameters=dict(args.parameter))
+    assert len(swept) == 1 and _names(swept[0].runs()) == _names(grid.runs())
+    assert len(grid.runs()) == count
+    assert set(_names(book_stages("quick", [grid.chapter])[0].runs())) < set(_names(grid.runs()))
+    assert grid.csv.parent.name == "data"
 
 
-def test_rows_are_read_from_a_real_cache_and_a_missing_run_names_the_command(tmp_path):
-    tiny = replace(PROFILES["smoke"], dataset="digits", train_subset=64, grid_train_subset=64)
-    grid = RecordedGrid("tiny", ("static", "barter"), (0.5,), (0, 1))
-    runs = grid.runs(tiny)
-    for run in runs[:-1]:
-        cached_train(run, tmp_path / "cache")
-    with pytest.raises(BarterError, match=r"^1 of the tiny grid's runs are not in the cache: train them with "
-                                          r"`barter-mini sweep --methods static,barter --densities 0.5 --seeds 0,1"):
-        grid.rows("a" * 40, tiny, tmp_path / "cache")
-    cached_train(runs[-1], tmp_path / "cache")
-    path = grid.record("a" * 40, tiny, tmp_path / "cache", tmp_path / "grid.csv")
+def test_the_table_is_read_from_a_real_cache_and_a_missing_run_names_the_command(tmp_path):
+    grid = RecordedGrid("tiny", "08", {"multipliers": [1, 2], "seeds": [0], "dataset": "digits"}, MULTIPLIERS.table)
+    first, second = grid.runs("smoke")
+    cached_train(first, tmp_path / "cache")
+    command = grid.command("smoke")
+    with pytest.raises(BarterError, match=r"^the tiny grid is not all in the run cache \(run barter-.*\): "
+                                          + re.escape(f"train it with `{command}`") + "$"):
+        grid.frame("a" * 40, "smoke", tmp_path / "cache")
+    cached_train(second, tmp_path / "cache")
+    path = grid.record("a" * 40, "smoke", tmp_path / "cache", tmp_path / "grid.csv")
     frame = grid.read(path)
-    assert list(frame.columns) == list(recorded_grid.COLUMNS) and len(frame) == 4
+    assert list(frame.columns[-2:]) == list(PROVENANCE) and list(frame["multiplier"]) == [1, 2]
     assert frame["acc"].between(0, 100).all() and (frame["commit"] == "a" * 40).all()
-    for row in frame.itertuples():
-        args = build_parser().parse_args(shlex.split(row.command)[1:])
-        assert (args.methods, args.densities, args.seeds) == ([row.method], [row.density], [row.seed])
-    assert set(summarize(frame)["seeds"]) == {2}
+    args = build_parser().parse_args(shlex.split(frame["command"][0])[1:])
+    assert (args.book, args.chapters, dict(args.parameter)) == ("smoke", ["08"], grid.parameters)
+    with pytest.raises(BarterError, match=r"missing\.csv is missing: train the tiny grid with `barter-mini sweep"):
+        grid.read(tmp_path / "missing.csv")

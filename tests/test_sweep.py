@@ -205,7 +205,10 @@ def test_cli_refuses_bad_sweeps_in_one_line(tmp_path, monkeypatch, capsys):
     for args in (["--methods", "barter", "--executor", "slurm"], ["--book", "smoke", "--methods", "barter"],
                  ["--methods", "barter", "--partition", "gpu"], ["--chapters", "02", "--methods", "barter"],
                  ["--methods", "barter", "--executor", "pbs"], ["--densities", "0.3"], ["--methods", "nope"],
-                 ["--methods", "barter", "--jobs", "2", "--executor", "slurm"]):
+                 ["--methods", "barter", "--jobs", "2", "--executor", "slurm"],
+                 ["--methods", "barter", "--parameter", "seeds=[0,1]"],
+                 ["--book", "smoke", "--chapters", "07", "--parameter", "seed=[1]"],
+                 ["--book", "smoke", "--chapters", "07", "--parameter", "profile=quick"]):
         assert main(["sweep", *args]) == 2, args
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1, (args, err)

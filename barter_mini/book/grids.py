@@ -54,6 +54,26 @@ def notebook_defaults(path: Path) -> dict:
     raise BarterError(f"{path} has no cell tagged 'parameters'")
 
 
+def chapter_parameters(path: Path, overrides: dict | None = None, profile: str | None = None) -> dict:
+    """A notebook's parameters: its defaults (:func:`notebook_defaults`) with ``overrides``
+    applied, as ``papermill -p NAME VALUE`` would; a name the notebook lacks is a one-line
+    :class:`~barter_mini.errors.BarterError` listing the ones it has."""
+    parameters = notebook_defaults(path)
+    for name, value in (overrides or {}).items():
+        if name not in parameters or name == "profile":
+            allowed = ", ".join(n for n in parameters if n != "profile")
+            raise BarterError(f"notebook {Path(path).name} has no parameter {name!r} to set: it has {allowed}")
+        parameters[name] = value
+    if profile is not None:
+        parameters["profile"] = profile
+    return parameters
+
+
+def listed_runs(listings: list[Callable[[], list[RunConfig]]]) -> list[RunConfig]:
+    """The runs of one stage's listing functions, in order."""
+    return [run for listing in listings for run in listing()]
+
+
 def _walkthrough(profile: str, p: dict) -> list[list[Callable[[], list[RunConfig]]]]:
     setup = resolve_profile(profile, p["dataset"], densities=[p["density"]], seeds=[p["seed"]])
     return [[lambda: [walkthrough_run(setup, p["density"], p["seed"])]]]
@@ -110,9 +130,11 @@ CHAPTERS = {"01": _walkthrough, "02": _from_scratch, "03": _ablations, "05": _re
 MEASURING_CHAPTERS = ("00", "04")
 
 
-def book_stages(profile: str, chapters=None, repo: Path = REPO) -> list[Stage]:
+def book_stages(profile: str, chapters=None, repo: Path = REPO, parameters: dict | None = None) -> list[Stage]:
     """The stages of the runs ``barter-mini book --profile PROFILE`` reads, for the
-    notebooks whose number is in ``chapters`` (None: all of them)."""
+    notebooks whose number is in ``chapters`` (None: all of them), each at its default
+    parameters or, with ``parameters``, at those values (every chosen notebook must have
+    every name: a recorded grid, :mod:`~barter_mini.book.recorded_grid`, is one chapter run so)."""
     choose("profile", profile, PROFILES)
     notebooks = {path.name[:2]: path for path in source_notebooks(repo)}
     if not notebooks:
@@ -127,7 +149,8 @@ def book_stages(profile: str, chapters=None, repo: Path = REPO) -> list[Stage]:
         if chapter not in CHAPTERS:
             raise BarterError(f"notebook {notebooks[chapter].name} has no run listing in barter_mini.book.grids: "
                               "add one to CHAPTERS")
-        for depth, listings in enumerate(CHAPTERS[chapter](profile, notebook_defaults(notebooks[chapter]))):
+        values = chapter_parameters(notebooks[chapter], parameters)
+        for depth, listings in enumerate(CHAPTERS[chapter](profile, values)):
             by_stage[depth] += listings
-    return [Stage(f"{depth + 1} ({name})", lambda listings=listings: [run for listing in listings for run in listing()])
+    return [Stage(f"{depth + 1} ({name})", lambda listings=listings: listed_runs(listings))
             for depth, (name, listings) in enumerate(zip(STAGE_NAMES, by_stage)) if listings]

@@ -3,101 +3,153 @@ own runs.
 
 The hour of a quick book holds each chapter's own runs at one density and one seed; the
 grids the chapters' conclusions rest on (three seeds, and for chapter 02 three densities, at
-the quick profile's settings) cost an hour of two cores more. Each is trained once by the
-command :meth:`RecordedGrid.command` prints and recorded in a small CSV under ``data/``: one
-row per run, with the command that trains it and the commit of the code that did
-(:meth:`RecordedGrid.record`). A chapter reads its file (:meth:`RecordedGrid.read`) and
-draws it beside its own runs, marked as recorded; a rebuild never recomputes it.
+the quick profile's settings) cost hours of two cores more. A recorded grid is a chapter run
+with other values of its papermill parameters (``seeds=[0, 1, 2]``, ...): it is trained once
+by the one ``barter-mini sweep --book`` command :meth:`RecordedGrid.command` prints, and its
+table, the same table the chapter makes of its own runs, is recorded in a small CSV under
+``data/`` with that command and the commit of the code that trained it
+(:meth:`RecordedGrid.record`). A chapter reads its file (:meth:`RecordedGrid.read`) and draws
+it beside its own runs, marked as recorded; a rebuild never recomputes it.
 
 * :data:`FROM_SCRATCH` (chapter 02): every method at rho = 0.1, 0.3 and 0.7, seeds 0-2;
 * :data:`ABLATIONS` (chapter 03): Static, the three random variants and BARTER at the
-  paper's rho = 0.5, seeds 0-2.
+  paper's rho = 0.5, seeds 0-2;
+* :data:`POLICIES` (chapter 07): the five optimizer-state policies at rho = 0.3, seeds 0-2;
+* :data:`MULTIPLIERS` (chapter 08): transfer counts x1, x2, x4, x6 at rho = 0.5, seeds 0-2.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
 from ..errors import BarterError
-from ..training.cache import cached_metrics, sweep_command
+from ..training.cache import CACHE_ENV, TRAIN_ENV
 from ..training.checkpoints import write_csv_atomically
-from .experiments import ABLATION_METHODS, grid_runs, run_scores
-from .profiles import PROFILES, Profile
+from .build import REPO, source_notebooks
+from .experiments import ABLATION_METHODS, run_grid
+from .grids import CHAPTERS, chapter_parameters, listed_runs
+from .optimizer_state import run_policies
+from .profiles import Profile, resolve_profile
+from .transfer_counts import run_multipliers
 
 #: where the recorded grids live
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
-#: the columns of a recorded grid: Top-1 and macro-F1 in %, as
-#: :func:`~barter_mini.book.experiments.run_grid` gives them, then what trained the run
-COLUMNS = ("method", "density", "seed", "val_acc", "acc", "f1", "wall_time_s", "model", "dataset", "recipe",
-           "epochs", "train_subset", "commit", "command")
+#: what every recorded row carries after the chapter's own columns
+PROVENANCE = ("commit", "command")
+
+
+@contextmanager
+def _reading_the_cache(cache_dir: Path | None):
+    """Run the chapter's table function on the run cache only (``cache_dir`` or the default):
+    a missing run raises instead of training."""
+    saved = {name: os.environ.get(name) for name in (TRAIN_ENV, CACHE_ENV)}
+    os.environ[TRAIN_ENV] = "0"
+    if cache_dir is not None:
+        os.environ[CACHE_ENV] = str(Path(cache_dir).resolve())
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @dataclass(frozen=True)
 class RecordedGrid:
-    """``methods x densities x seeds`` under a profile (dense once, at rho = 1), recorded in
-    ``data/NAME_grid.csv``."""
+    """Chapter ``chapter`` run with ``parameters`` instead of its defaults, its table recorded
+    in ``data/NAME_grid.csv``. ``table(setup, parameters)`` is the chapter's own function that
+    makes one row per run (reading or training each run through the run cache)."""
 
     name: str
-    methods: tuple[str, ...]
-    densities: tuple[float, ...]
-    seeds: tuple[int, ...]
+    chapter: str
+    parameters: dict = field(hash=False)
+    table: Callable[[Profile, dict], pd.DataFrame] = field(repr=False, compare=False)
 
     @property
     def csv(self) -> Path:
         return DATA_DIR / f"{self.name}_grid.csv"
 
-    def runs(self, setup: Profile = PROFILES["quick"]) -> list:
-        """The grid's runs, exactly as the chapter's own grid would train them."""
-        return grid_runs(setup, self.methods, self.densities, self.seeds)
+    def notebook_parameters(self, profile: str = "quick", repo: Path = REPO) -> dict:
+        """The chapter notebook's parameters: its defaults with :attr:`parameters` applied."""
+        notebook = {path.name[:2]: path for path in source_notebooks(repo)}[self.chapter]
+        return chapter_parameters(notebook, self.parameters, profile)
 
-    def command(self, setup: Profile = PROFILES["quick"]) -> str:
-        """The one ``barter-mini sweep`` command that trains the whole grid under ``setup``."""
-        return (f"barter-mini sweep --methods {','.join(self.methods)} "
-                f"--densities {','.join(f'{d:g}' for d in self.densities)} "
-                f"--seeds {','.join(map(str, self.seeds))} --model {setup.model} --dataset {setup.dataset} "
-                f"--recipe {setup.recipe} --epochs {setup.epochs} --train-subset {setup.grid_train_subset} "
-                "--jobs 2")
+    def runs(self, profile: str = "quick", repo: Path = REPO) -> list:
+        """The grid's runs that need no other run's result, exactly as ``barter-mini sweep``
+        lists them for :meth:`command` (chapter 06's fine-tuning runs follow once these are
+        trained)."""
+        return listed_runs(CHAPTERS[self.chapter](profile, self.notebook_parameters(profile, repo))[0])
 
-    def rows(self, commit: str, setup: Profile = PROFILES["quick"], cache_dir: Path | None = None) -> list[dict]:
-        """One :data:`COLUMNS` row per run, read from the run cache (never trained); ``commit``
-        names the code that trained them. A missing run is a one-line
-        :class:`~barter_mini.errors.BarterError` with :meth:`command`."""
-        rows, missing = [], 0
-        for run in self.runs(setup):
-            metrics = cached_metrics(run, cache_dir)
-            if metrics is None:
-                missing += 1
-                continue
-            scores = {name: round(value, 2) for name, value in run_scores(metrics).items()}
-            rows.append({"method": run.method, "density": run.density, "seed": run.seed, **scores,
-                         "wall_time_s": round(metrics["wall_time_s"], 1), "model": run.model,
-                         "dataset": run.dataset, "recipe": run.recipe, "epochs": run.epochs,
-                         "train_subset": run.train_subset, "commit": commit, "command": sweep_command(run)})
-        if missing:
-            raise BarterError(f"{missing} of the {self.name} grid's runs are not in the cache: train them with "
-                              f"`{self.command(setup)}`")
-        return rows
+    def command(self, profile: str = "quick") -> str:
+        """The one ``barter-mini sweep`` command that trains the whole grid under ``profile``."""
+        flags = " ".join(f"--parameter {name}={json.dumps(value, separators=(',', ':'))}"
+                         for name, value in self.parameters.items())
+        return f"barter-mini sweep --book {profile} --chapters {self.chapter} {flags} --jobs 2"
 
-    def record(self, commit: str, setup: Profile = PROFILES["quick"], cache_dir: Path | None = None,
+    def frame(self, commit: str, profile: str = "quick", cache_dir: Path | None = None,
+              repo: Path = REPO) -> pd.DataFrame:
+        """The chapter's table of the grid's runs, read from the run cache (never trained),
+        with :data:`PROVENANCE`: ``commit`` names the code that trained them. A missing run is
+        a one-line :class:`~barter_mini.errors.BarterError` with :meth:`command`."""
+        parameters = self.notebook_parameters(profile, repo)
+        setup = resolve_profile(profile, parameters["dataset"])
+        try:
+            with _reading_the_cache(cache_dir):
+                table = self.table(setup, parameters)
+        except BarterError as error:
+            raise BarterError(f"the {self.name} grid is not all in the run cache ({str(error).split(':')[0]}): "
+                              f"train it with `{self.command(profile)}`") from None
+        return table.assign(commit=commit, command=self.command(profile))
+
+    def record(self, commit: str, profile: str = "quick", cache_dir: Path | None = None,
                path: Path | None = None) -> Path:
-        """Write the grid's rows (:meth:`rows`) to ``path`` (default :attr:`csv`), atomically."""
-        return write_csv_atomically(Path(path or self.csv), COLUMNS, self.rows(commit, setup, cache_dir))
+        """Write :meth:`frame` to ``path`` (default :attr:`csv`), atomically."""
+        frame = self.frame(commit, profile, cache_dir)
+        return write_csv_atomically(Path(path or self.csv), tuple(frame.columns), frame.to_dict("records"))
 
     def read(self, path: Path | None = None) -> pd.DataFrame:
-        """The recorded runs, in the layout of :func:`~barter_mini.book.experiments.run_grid`
-        (``method``, ``density``, ``seed``, ``val_acc``, ``acc``, ``f1``, ...), so that
-        :func:`~barter_mini.book.experiments.summarize` and the chapter's tables read them
-        as they read its own runs."""
-        return pd.read_csv(path or self.csv)
+        """The recorded table, in the layout of the chapter's own (plus :data:`PROVENANCE`), so
+        that the chapter's summaries, figures and sentences read it as they read its runs."""
+        path = Path(path or self.csv)
+        if not path.is_file():
+            raise BarterError(f"{path} is missing: train the {self.name} grid with `{self.command()}`, then record "
+                              f"it with barter_mini.book.recorded_grid.GRIDS[{self.name!r}].record(commit)")
+        return pd.read_csv(path)
 
 
+def _from_scratch(setup: Profile, p: dict) -> pd.DataFrame:
+    return run_grid(setup, p["methods"], p["densities"], p["seeds"], progress=False).drop(columns=["heads", "ffn"])
+
+
+def _ablations(setup: Profile, p: dict) -> pd.DataFrame:
+    return run_grid(setup, ABLATION_METHODS, [p["density"]], p["seeds"], progress=False)
+
+
+def _policies(setup: Profile, p: dict) -> pd.DataFrame:
+    return run_policies(setup, p["policies"], p["density"], p["seeds"], progress=False)[0]
+
+
+def _multipliers(setup: Profile, p: dict) -> pd.DataFrame:
+    return run_multipliers(setup, p["multipliers"], p["density"], p["seeds"], progress=False)
+
+
+SEEDS = [0, 1, 2]
 #: chapter 02: every method at the paper's lowest, a middle and a high density, three seeds
-FROM_SCRATCH = RecordedGrid("from_scratch", ("dense", "set", "snfs", "rigl", "srigl", "s2vite", "static", "barter"),
-                            (0.1, 0.3, 0.7), (0, 1, 2))
+FROM_SCRATCH = RecordedGrid("from_scratch", "02", {"densities": [0.1, 0.3, 0.7], "seeds": SEEDS}, _from_scratch)
 #: chapter 03: the ablations of Figure 6 at its density, three seeds
-ABLATIONS = RecordedGrid("ablations", ABLATION_METHODS, (0.5,), (0, 1, 2))
+ABLATIONS = RecordedGrid("ablations", "03", {"seeds": SEEDS}, _ablations)
+#: chapter 07: every optimizer-state policy, three seeds
+POLICIES = RecordedGrid("policies", "07", {"seeds": SEEDS}, _policies)
+#: chapter 08: every transfer-count multiplier, three seeds
+MULTIPLIERS = RecordedGrid("multipliers", "08", {"seeds": SEEDS}, _multipliers)
 #: every recorded grid, by name
-GRIDS = {grid.name: grid for grid in (FROM_SCRATCH, ABLATIONS)}
+GRIDS = {grid.name: grid for grid in (FROM_SCRATCH, ABLATIONS, POLICIES, MULTIPLIERS)}
