@@ -19,7 +19,8 @@ from .training.data import fetch_dataset, load_dataset, parse_classes
 from .training.export import export_run
 from .training.methods import METHODS
 from .training.run_config import RunConfig
-from .training.trainer import read_train_pflops, train
+from .training.run_inputs import read_train_pflops
+from .training.trainer import train
 from .errors import DIVERGED_STATUS, MAX_SEED, BarterError, TrainingDiverged, TrainingInterrupted, check_integer, check_seed
 
 

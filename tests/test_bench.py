@@ -2,6 +2,7 @@
 
 import json
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -228,8 +229,8 @@ def test_the_bench_reports_what_recording_graphs_costs_over_a_schedule():
             return self.reserved
 
     setup = build_training_step("cct-mini", "barter", 0.5, 4, 400, torch.device("cpu"))
-    setup.graphed = GraphedStep(setup.model, setup.optimizer, setup.criterion, setup.controller, setup.execution,
-                                Reserving(setup))
+    setup.parts = replace(setup.parts, graphed=GraphedStep(setup.model, setup.optimizer, setup.parts.criterion,
+                                                           setup.controller, setup.execution, Reserving(setup)))
     for _ in range(3):
         setup()
     assert (setup.graphed.captures, setup.graphed.eager_steps, setup.graphed.replays) == (1, 1, 2)

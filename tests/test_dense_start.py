@@ -211,7 +211,7 @@ def test_a_model_fine_tunes_on_another_datasets_images_resized_to_its_size(dense
                     train_subset=256, density=0.3, init=str(dense_run / "best.pt"), progress=False)
     with pytest.raises(BarterError, match="img_size"):
         train(run, tmp_path / "native")
-    with caplog.at_level("INFO", logger="barter_mini.training.trainer"):
+    with caplog.at_level("INFO", logger="barter_mini.training.run_inputs"):
         metrics = train(replace(run, img_size=8), tmp_path / "resized")
     assert "classifier was re-initialised for the 5 classes" in caplog.text
     assert metrics["run"]["img_size"] == 8 and metrics["dataset"] == "fashion-mnist"

@@ -193,9 +193,9 @@ def test_fp16_unscales_the_gradients_before_the_statistics_read_them():
     setup = build_training_step("cct-mini", "barter", 0.5, 4, 200, torch.device("cpu"),
                                 execution=EXECUTIONS["fp16"])
     outcome = training_step(setup.model, setup.optimizer, setup.x, setup.y, execution=setup.execution,
-                            controller=setup.controller, scaler=setup.scaler)
+                            controller=setup.controller, scaler=setup.parts.scaler)
     assert outcome.logits.dtype == torch.float16 and not outcome.skipped
-    assert setup.scaler.get_scale() == 2.0 ** 16
+    assert setup.parts.scaler.get_scale() == 2.0 ** 16
     statistics = setup.controller.statistics
     assert not statistics.in_backward and not setup.controller.graph_safe(1)
     afresh = UnitStatistics(setup.model, beta=statistics.beta, pruning_score=statistics.pruning_score,
@@ -214,19 +214,20 @@ def test_an_fp16_step_whose_gradients_overflow_is_skipped_by_the_optimizer_and_t
     changes, the scale is halved, the trainer counts the batch as skipped, not as a step."""
     t = build_training(RunConfig(method="barter", model="cct-mini", dataset="digits", density=0.5, seed=1,
                                  recipe="smoke", epochs=1, precision="fp16", progress=False))
-    t.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 100)
+    scaler = t.parts.scaler
+    scaler.load_state_dict({**scaler.state_dict(), "scale": 2.0 ** 100})
     weights = {name: p.detach().clone() for name, p in t.model.named_parameters()}
     x, y = next(iter(t.loaders[0]))
     loss, _, stepped = train_step(t, x, y)
     assert not stepped and math.isfinite(loss)
-    assert (t.step, t.skipped_steps) == (0, 1) and t.train_gflops > 0
-    assert t.scaler.get_scale() == 2.0 ** 99
+    assert (t.progress.step, t.progress.skipped_steps) == (0, 1) and t.progress.train_gflops > 0
+    assert scaler.get_scale() == 2.0 ** 99
     assert not t.optimizer.state
     assert int(t.controller.statistics.layers["ffn"][0].age.max()) == 0
     for name, p in t.model.named_parameters():
         assert torch.equal(p, weights[name]), name
-    t.scaler = torch.amp.GradScaler("cpu")
-    assert train_step(t, x, y)[2] and t.step == 1
+    scaler.load_state_dict({**scaler.state_dict(), "scale": 2.0 ** 16})
+    assert train_step(t, x, y)[2] and t.progress.step == 1
 
 
 def test_recompute_rebuilds_the_cct_stem_with_the_same_gradients_and_less_memory():

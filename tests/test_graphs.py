@@ -5,6 +5,8 @@ through GraphedStep must equal the eager run across BARTER's topology updates, u
 rounding of a float32 learning-rate tensor where an eager step reads a Python float (the
 test gives both runs float32 tensors, so they must agree bit for bit)."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch.utils import _pytree as pytree
@@ -106,13 +108,13 @@ def train_side_by_side(run: RunConfig):
     outcomes that changed the model."""
     eager, graphed_run = build_training(run), build_training(run)
     backend = HostBackend(graphed_run)
-    graphed = GraphedStep(graphed_run.model, graphed_run.optimizer, graphed_run.criterion, graphed_run.controller,
+    graphed = GraphedStep(graphed_run.model, graphed_run.optimizer, graphed_run.parts.criterion, graphed_run.controller,
                           Execution(), backend)
     step, changes = 0, []
     for _ in range(run.epochs):
         for x, y in eager.loaders[0]:
             step += 1
-            outcome = training_step(eager.model, eager.optimizer, x, y, criterion=eager.criterion,
+            outcome = training_step(eager.model, eager.optimizer, x, y, criterion=eager.parts.criterion,
                                     controller=eager.controller, step=step)
             mirrored = graphed(x, y, step)
             assert (outcome.changed is None) == (mirrored.changed is None)
@@ -203,8 +205,8 @@ def test_an_update_made_outside_the_graphed_step_is_never_replayed_stale(method)
 
     setup = build_training_step("cct-mini", method, 0.5, 4, 400, torch.device("cpu"))
     backend = HostBackend(setup)
-    setup.graphed = GraphedStep(setup.model, setup.optimizer, setup.criterion, setup.controller, Execution(),
-                                backend)
+    setup.parts = replace(setup.parts, graphed=GraphedStep(setup.model, setup.optimizer, setup.parts.criterion,
+                                                           setup.controller, Execution(), backend))
     for _ in range(3):
         setup()
     recorded = setup.graphed.captures

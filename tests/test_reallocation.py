@@ -34,6 +34,8 @@ def test_probed_run_is_the_plain_run_and_records_every_update(method, tmp_path):
 
 
 def test_a_runs_controller_cannot_be_swapped_behind_its_graphed_step():
+    from dataclasses import FrozenInstanceError, replace
+
     from barter_mini.core.method import Static
     from barter_mini.errors import BarterError
     from barter_mini.training.run_config import RunConfig
@@ -41,8 +43,12 @@ def test_a_runs_controller_cannot_be_swapped_behind_its_graphed_step():
 
     t = build_training(RunConfig(method="static", dataset="digits", recipe="smoke", epochs=1, density=0.5,
                                  progress=False))
-    with pytest.raises(BarterError, match=r"controller is fixed when it is built.*wrap_controller"):
+    with pytest.raises(BarterError, match=r"parts are fixed when it is built.*wrap_controller"):
         t.controller = Static()
+    with pytest.raises(BarterError, match=r"parts are fixed when it is built"):
+        t.parts = replace(t.parts, controller=Static())
+    with pytest.raises(FrozenInstanceError):
+        t.parts.controller = Static()
     seen = []
     wrapped = build_training(RunConfig(method="static", dataset="digits", recipe="smoke", epochs=1, density=0.5,
                                        progress=False),

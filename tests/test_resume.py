@@ -57,13 +57,13 @@ class Stop(Exception):
 def train_until(run: RunConfig, step: int, out: Path) -> None:
     """Train ``run`` as ``train`` does, write last.pt at the end of ``step`` and stop there."""
     def stop_after(t):
-        if t.step == step:
+        if t.progress.step == step:
             save_checkpoint(out / "last.pt", t.checkpoint())
             raise Stop
     out.mkdir()
     t = build_training(run)
     with pytest.raises(Stop):
-        while t.epoch <= t.recipe.epochs:
+        while t.progress.epoch <= t.recipe.epochs:
             fit_one_epoch(t, stop_after)
             save_epoch(t, out)
 

@@ -1,6 +1,7 @@
 """One training step for everyone: the trainer, the bench, the overhead timing and the book's
-walkthrough all call ``training.step.training_step``; the bench's step and the trainer's give
-bitwise the same weights from the same state."""
+walkthrough all build their parts with ``training.parts.build_parts`` and step through
+``RunParts.step`` (``training.step.training_step``, or its graph); the bench's step and the
+trainer's give bitwise the same weights from the same state."""
 
 from itertools import cycle, islice
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from barter_mini.core.surgery import allocation_of
-from barter_mini.measure.bench import TrainingStep
+from barter_mini.measure.bench import TrainingStep, run_step
 from barter_mini.training.step import training_step
 from barter_mini.training.trainer import RunConfig, build_training, train_step
 
@@ -23,8 +24,7 @@ def test_the_bench_steps_exactly_as_the_trainer_does(method):
     run = RunConfig(method=method, model="cct-mini", dataset="digits", recipe="smoke", epochs=2, density=0.5,
                     seed=3, progress=False)
     trainer, twin = build_training(run), build_training(run)
-    bench_step = TrainingStep(method, trainer.run.density, twin.model, twin.optimizer, twin.controller,
-                              x=None, y=None, criterion=twin.criterion)
+    bench_step = TrainingStep(method, trainer.run.density, twin.parts, x=None, y=None)
     changed = 0
     for step, (x, y) in enumerate(islice(cycle(trainer.loaders[0]), 12), start=1):
         rng = torch.get_rng_state()                  # drop path draws from it: the same draws for both
@@ -36,7 +36,7 @@ def test_the_bench_steps_exactly_as_the_trainer_does(method):
         bench_step.run(step)
         twin.scheduler.step_update(step)
     assert method != "barter" or changed > 0
-    assert trainer.step == 12
+    assert trainer.progress.step == 12
     ours, theirs = trainer.model.state_dict(), twin.model.state_dict()
     assert ours.keys() == theirs.keys()
     for key in ours:
@@ -44,6 +44,31 @@ def test_the_bench_steps_exactly_as_the_trainer_does(method):
     for p, q in zip(trainer.model.parameters(), twin.model.parameters()):
         for name, value in trainer.optimizer.state[p].items():
             assert torch.equal(value, twin.optimizer.state[q][name]), name
+
+
+def _settings(parts) -> dict:
+    """What a run's parts are, apart from the tensors' values and shapes and the learning rate
+    now (the trainer's schedule has set its warm-up's)."""
+    return {"optimizer": type(parts.optimizer),
+            "groups": [({k: v for k, v in group.items() if k not in ("params", "lr", "initial_lr")},
+                        len(group["params"]))
+                       for group in parts.optimizer.param_groups],
+            "controller": type(parts.controller), "changes at": parts.controller.changing_steps(),
+            "loss": (type(parts.criterion), parts.criterion.label_smoothing), "execution": parts.execution,
+            "scaler": parts.scaler, "graphed": parts.graphed}
+
+
+@pytest.mark.parametrize("method", ["barter", "rigl", "static"])
+def test_the_bench_and_the_trainer_build_equal_parts_from_one_run_config(method):
+    run = RunConfig(method=method, model="cct-mini", dataset="digits", recipe="smoke", epochs=2, density=0.5,
+                    seed=3, lr=3e-4, progress=False, device="cpu")
+    trainer = build_training(run)
+    bench = run_step(run, batch=4, total_steps=trainer.total_steps, device=torch.device("cpu"))
+    ours, theirs = _settings(trainer.parts), _settings(bench.parts)
+    assert ours == theirs
+    assert [g["initial_lr"] for g in trainer.optimizer.param_groups] == [3e-4] * 2
+    assert [g["lr"] for g in bench.optimizer.param_groups] == [3e-4] * 2 and ours["groups"][0][0]["fused"]
+    assert method != "barter" or len(ours["changes at"]) > 0
 
 
 def test_a_check_before_backward_stops_the_step_there():

@@ -11,7 +11,8 @@ import torch
 
 from barter_mini.training.checkpoints import load_checkpoint
 from barter_mini.training.checkpoints import model_from_checkpoint
-from barter_mini.training.trainer import RunConfig, evaluate, train
+from barter_mini.training.evaluation import evaluate
+from barter_mini.training.trainer import RunConfig, train
 from barter_mini.training.data import load_dataset, make_loaders
 
 REPO = Path(__file__).resolve().parents[1]

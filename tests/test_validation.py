@@ -152,7 +152,7 @@ def test_a_flag_wins_over_the_same_setting_in_overrides():
 
 def test_a_given_allocation_must_hold_the_budgets(tmp_path):
     from barter_mini.core.models import get_model_config
-    from barter_mini.training.trainer import start_allocation
+    from barter_mini.training.run_inputs import start_allocation
     config = get_model_config("cct-mini")
     run = RunConfig(method="static", density=0.3, allocation={"heads": [6, 2, 2, 2], "ffn": [10, 20, 30, 94]})
     assert start_allocation(run.validate(), config).ffn == (10, 20, 30, 94)

@@ -11,12 +11,12 @@ import pandas as pd
 import torch
 
 from ..core.barter import select_donors, select_parents
-from ..core.models import CompactTransformer, build_model, get_model_config
+from ..core.models import build_model, get_model_config
 from ..core.unit_statistics import DEFAULT_PRUNING_SCORE, LayerStatistics, UnitStatistics
 from ..training.data import load_dataset, make_loaders
-from ..training.step import training_step
+from ..training.parts import build_parts
 from ..training.run_config import RunConfig
-from ..training.optimization import parameter_groups, seed_everything
+from ..training.optimization import resolve_recipe, seed_everything
 from .experiments import profile_run
 from .profiles import Profile
 from .tables import page_table
@@ -50,16 +50,18 @@ def warmed_up_model(profile: Profile, density: float, seed: int = 0, steps: int 
 
 def briefly_trained(config, density: float, batches, lr: float = 1e-3,
                     pruning_score: str = DEFAULT_PRUNING_SCORE):
-    """A compact model of ``config`` at ``density`` trained one AdamW step per ``(images,
-    labels)`` batch, with its statistics hooks attached (by default the method's own pruning
+    """A compact model of ``config`` at ``density`` trained one step per ``(images, labels)``
+    batch as ``train`` steps a Static run (:func:`~barter_mini.training.parts.build_parts`:
+    fused AdamW, the quick recipe's weight decay and label smoothing at learning rate ``lr``),
+    with its statistics hooks attached (by default the method's own pruning
     score, one default for both kinds). Returns ``(model, optimizer, statistics)``, the model
     in train mode."""
-    model: CompactTransformer = build_model(config, density)
-    optimizer = torch.optim.AdamW(parameter_groups(model, 0.05), lr=lr)
-    statistics = UnitStatistics(model, pruning_score=pruning_score)
+    run = RunConfig(method="static", model=config.name, density=density, recipe="quick", lr=lr)
+    parts = build_parts(run, build_model(config, density), resolve_recipe(run, config.family), 1, torch.device("cpu"))
+    statistics = UnitStatistics(parts.model, pruning_score=pruning_score)
     for x, y in batches:
-        training_step(model, optimizer, x, y)
-    return model, optimizer, statistics
+        parts.step(x, y, None)
+    return parts.model, parts.optimizer, statistics
 
 
 #: significant figures of the scores in the walkthrough's tables: pruning scores of different

@@ -35,7 +35,6 @@ import statistics
 from dataclasses import dataclass, field, replace
 
 import torch
-from torch import nn
 from tqdm import tqdm
 
 from ..core.barter import BarterController
@@ -43,15 +42,14 @@ from ..core.budgets import check_density, compute_budget
 from ..core.compilation import cold_compile, graphs_compiled
 from ..core.counting import count_parameters, counted_training_gflops_per_image, training_gflops_per_image
 from ..core.execution import EXECUTIONS, LOSS_SCALED, PRECISIONS, Execution
-from ..core.method import MethodController
 from ..core.models import build_model, get_model_config
 from ..errors import BarterError, check_integer, choose
-from ..training.methods import MethodSetup, check_methods, get_method
+from ..training.methods import check_methods, get_method
 from ..training.recipes import get_recipe
-from ..training.graphs import GraphedStep, check_graphs_possible
-from ..training.step import training_step
+from ..training.graphs import check_graphs_possible
+from ..training.parts import RunParts, build_parts
 from ..training.run_config import RunConfig
-from ..training.optimization import make_criterion, make_optimizer, resolve_device
+from ..training.optimization import resolve_device, resolve_recipe
 from .memory import step_memory
 from .breakdown import device_activity, step_profile
 from .timing import interleaved_times, timed
@@ -64,35 +62,32 @@ DEFAULT_DENSITIES = (0.1, 0.3, 0.5, 0.7)
 
 @dataclass
 class TrainingStep:
-    """One method's model, optimizer and per-step work on a fixed synthetic batch.
+    """One method's parts (:class:`~barter_mini.training.parts.RunParts`, as ``train`` builds
+    them) on a fixed synthetic batch.
 
-    Calling it performs one optimizer step through the trainer's own
-    :func:`~barter_mini.training.step.training_step`, with the run's loss, numbered so that no
-    topology update is due (steady-state steps); :meth:`run` performs a step of a chosen number.
+    Calling it performs one optimizer step through the run's own
+    :meth:`~barter_mini.training.parts.RunParts.step`, numbered so that no topology update is
+    due (steady-state steps); :meth:`run` performs a step of a chosen number.
     """
 
     method: str
     density: float
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    controller: MethodController
+    parts: RunParts
     x: torch.Tensor
     y: torch.Tensor
-    execution: Execution = Execution()
-    #: the loss scaler of an fp16 execution (Execution.grad_scaler), else None
-    scaler: torch.amp.GradScaler | None = None
-    #: the training loss: the run's (label smoothing as its recipe says)
-    criterion: nn.Module = field(default_factory=nn.CrossEntropyLoss)
     step: int = 0
     #: the steps at which the controller changes the model (asked once: BARTER scans its schedule)
     changing_steps: list[int] = field(init=False)
 
-    #: the step replayed from CUDA graphs (an execution with ``graphs``), else None
-    graphed: GraphedStep | None = None
-
     def __post_init__(self) -> None:
         self.changing_steps = self.controller.changing_steps()
         self._changing = set(self.changing_steps)
+
+    model = property(lambda self: self.parts.model)
+    optimizer = property(lambda self: self.parts.optimizer)
+    controller = property(lambda self: self.parts.controller)
+    execution = property(lambda self: self.parts.execution)
+    graphed = property(lambda self: self.parts.graphed)
 
     def __call__(self) -> None:
         self.step += 1
@@ -101,41 +96,42 @@ class TrainingStep:
         self.run(self.step)
 
     def run(self, step: int, controller_after_step: bool = True) -> None:
-        """Optimizer step number ``step`` (:func:`~barter_mini.training.step.training_step`, or
-        its graph's replay); without ``controller_after_step`` the controller's update is not
-        run (and the step runs eagerly: a graph's step ends with it)."""
-        if self.graphed is not None and controller_after_step:
-            self.graphed(self.x, self.y, step)
-            return
-        training_step(self.model, self.optimizer, self.x, self.y, criterion=self.criterion,
-                      controller=self.controller, step=step if controller_after_step else None,
-                      execution=self.execution, scaler=self.scaler)
+        """Optimizer step number ``step``; without ``controller_after_step`` the controller's
+        update is not run (and the step runs eagerly: a graph's step ends with it)."""
+        self.parts.step(self.x, self.y, step if controller_after_step else None)
+
+
+def bench_run(model_name: str, method: str, density: float, seed: int = 0,
+              execution: Execution = Execution(), device: torch.device = torch.device("cpu")) -> RunConfig:
+    """The run whose parts the bench measures: ``method`` on ``model_name`` with the paper
+    recipe (learning rate 1e-4, so that timed steps stay finite on random data)."""
+    return RunConfig(method=method, model=model_name, density=density, seed=seed, recipe="paper", lr=1e-4,
+                     compile=execution.compile, recompute=execution.recompute, precision=execution.precision,
+                     cuda_graphs=execution.graphs, device=device.type).validate()
 
 
 def build_training_step(model_name: str, method: str, density: float, batch: int, total_steps: int,
                         device: torch.device, seed: int = 0, execution: Execution = Execution()) -> TrainingStep:
-    """The model, AdamW and controller that ``barter-mini train --method METHOD`` would use,
-    with the paper recipe's update schedule over ``total_steps``, executed as ``execution``
-    says (``--compile``, ``--recompute``)."""
-    config = get_model_config(model_name)
-    run = RunConfig(method=method, model=model_name, density=density, seed=seed, recipe="paper").validate()
-    recipe = replace(get_recipe("paper", config.family), lr=1e-4)
-    spec = get_method(method)
-    torch.manual_seed(seed)
-    model = build_model(config, spec.model_density(run.density)).to(device)
-    optimizer = make_optimizer(model, recipe, capturable=execution.graphs)
-    controller = spec.build(MethodSetup(model, optimizer, run.density, total_steps, recipe, seed,
-                                        loss_scaled=execution.loss_scaling))
+    """:func:`run_step` of :func:`bench_run`: the parts that ``barter-mini train --method
+    METHOD`` would build, with the paper recipe's update schedule over ``total_steps``,
+    executed as ``execution`` says (``--compile``, ``--recompute``, ...)."""
     if execution.graphs:
         check_graphs_possible(device, method)
-    generator = torch.Generator().manual_seed(seed)
+    return run_step(bench_run(model_name, method, density, seed, execution, device), batch, total_steps, device)
+
+
+def run_step(run: RunConfig, batch: int, total_steps: int, device: torch.device) -> TrainingStep:
+    """``run``'s parts as the trainer builds them (:func:`~barter_mini.training.parts.build_parts`,
+    the same optimizer, controller, loss and execution) on a fixed synthetic batch of the
+    model's own input shape, the update schedule laid over ``total_steps``."""
+    config = get_model_config(run.model)
+    torch.manual_seed(run.seed)
+    model = build_model(config, get_method(run.method).model_density(run.density)).to(device)
+    parts = build_parts(run, model, resolve_recipe(run, config.family), total_steps, device)
+    generator = torch.Generator().manual_seed(run.seed)
     x = torch.randn(batch, config.in_chans, config.img_size, config.img_size, generator=generator).to(device)
     y = torch.randint(0, config.num_classes, (batch,), generator=generator).to(device)
-    execution.apply(model)
-    criterion = make_criterion(recipe)
-    graphed = GraphedStep(model, optimizer, criterion, controller, execution) if execution.graphs else None
-    return TrainingStep(method, run.density, model, optimizer, controller, x, y, execution,
-                        execution.grad_scaler(device), criterion, graphed=graphed)
+    return TrainingStep(run.method, run.density, parts, x, y)
 
 
 def check_bench_arguments(model: str, methods, densities, batch: int, steps: int,

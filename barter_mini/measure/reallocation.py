@@ -214,7 +214,8 @@ def probe_run(run: RunConfig, images: int = 1000, later: tuple[int, ...] = LATER
         return ProbedController(controller, model, probe_batches(loaders, device, images), recipe.barter.delta_t, later)
 
     t = build_training(run, wrap_controller=probed)
-    while t.epoch <= t.recipe.epochs:
+    while t.progress.epoch <= t.recipe.epochs:
         fit_one_epoch(t)
-    return {"method": run.method, "seed": run.seed, "density": t.run.density, "history": t.history,
-            "val_acc": t.history[-1]["val_acc"], **t.controller.metrics()}
+    history = t.progress.history
+    return {"method": run.method, "seed": run.seed, "density": t.run.density, "history": history,
+            "val_acc": history[-1]["val_acc"], **t.controller.metrics()}

@@ -14,7 +14,9 @@ import torch
 
 from ..core.models import build_model, get_model_config
 from ..core.unit_statistics import UnitStatistics
-from ..training.step import training_step
+from ..training.optimization import resolve_recipe
+from ..training.parts import build_parts
+from ..training.run_config import RunConfig
 
 
 def synchronize(device: torch.device | str) -> None:
@@ -44,14 +46,15 @@ def statistics_overhead(model_name: str = "cct-paper", density: float = 0.5, bat
     torch.manual_seed(seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     config = get_model_config(model_name)
-    model = build_model(config, density).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    hooks = UnitStatistics(model)
+    # Static's parts: a compact model that never changes, stepped as train steps it
+    run = RunConfig(method="static", model=model_name, density=density, seed=seed, recipe="paper", lr=1e-4)
+    parts = build_parts(run, build_model(config, density).to(device), resolve_recipe(run, config.family), 1, device)
+    hooks = UnitStatistics(parts.model)
     x = torch.randn(batch, config.in_chans, config.img_size, config.img_size, device=device)
     y = torch.randint(0, config.num_classes, (batch,), device=device)
 
     def step() -> None:
-        training_step(model, optimizer, x, y)
+        parts.step(x, y, None)
 
     times = {"with_hooks": [], "without_hooks": []}
     hook_share = []

@@ -167,7 +167,7 @@ def check_model_entries(checkpoint: dict, path: Path) -> tuple[ModelConfig, Allo
     saved = checkpoint["model_config"]
     check_entry(path, "model_config", saved, _is_dict, "a dict of the model's settings")
     known = set(CONFIG_COUNTS) | set(CONFIG_NAMES) | {"timm_kwargs"}
-    unknown = sorted(map(str, set(saved) - known))
+    unknown = sorted(map(repr, set(saved) - known))      # repr: a name may hold a line break
     if unknown:
         raise BarterError(f"{path}: model_config holds {', '.join(unknown[:3])}{' ...' if len(unknown) > 3 else ''}, "
                           "which this version's models do not have: retrain the run with this version")

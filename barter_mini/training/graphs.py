@@ -9,8 +9,9 @@ topology update (BARTER's surgery makes new parameters, optimizer states and sta
 and after every mask update (the masked methods' new masks). Between updates nothing moves,
 and every step replays.
 
-Inside the graph: ``zero_grad``, the forward pass and the loss (in the run's precision), the
-backward pass (with the statistics' hook kernels), the controller's ``before_step`` and the
+Inside the graph, recorded from :func:`~barter_mini.training.step.training_step` itself (the
+step is written once): ``zero_grad``, the forward pass and the loss (in the run's precision),
+the backward pass (with the statistics' hook kernels), the controller's ``before_step`` and the
 optimizer step (AdamW built ``capturable``, its learning rate a tensor). Outside: copying the
 batch into the graph's input buffers, the learning rate of the schedule into its tensor, the
 loss check after the step and the controller's ``after_step``.
@@ -172,15 +173,10 @@ class GraphedStep:
         controller = self.controller
 
         def body() -> None:
-            self.optimizer.zero_grad(set_to_none=True)
-            with self.execution.autocast(x.device, cache_enabled=False):    # no cache outliving a replay
-                logits = self.model(self._static["x"])
-                loss = self.criterion(logits, self._static["y"])
-            loss.backward()
-            if controller is not None:
-                controller.before_step()
-            self.optimizer.step()
-            self._static["logits"], self._static["loss"] = logits, loss
+            outcome = training_step(self.model, self.optimizer, self._static["x"], self._static["y"],
+                                    criterion=self.criterion, controller=controller, step=None,
+                                    execution=self.execution, recording=True)
+            self._static["logits"], self._static["loss"] = outcome.logits, outcome.loss
 
         reserved = self.backend.memory_reserved()
         self.backend.capture(graph, body)

@@ -61,7 +61,8 @@ def training_step(forward: nn.Module, optimizer: torch.optim.Optimizer, x: torch
                   criterion: Callable = nn.functional.cross_entropy,
                   controller: MethodController | None = None, step: int | None = None,
                   check_loss: Callable[[torch.Tensor, torch.Tensor], Any] | None = None,
-                  execution: Execution = Execution(), scaler: torch.amp.GradScaler | None = None) -> StepOutcome:
+                  execution: Execution = Execution(), scaler: torch.amp.GradScaler | None = None,
+                  recording: bool = False) -> StepOutcome:
     """One optimizer step of ``forward`` (a model or its DDP replica) on the batch ``(x, y)``
     (module docstring). ``controller`` None: a method that never changes its model;
     ``step`` (1-based) None: the controller's ``after_step`` is not called (the bench times an
@@ -69,12 +70,14 @@ def training_step(forward: nn.Module, optimizer: torch.optim.Optimizer, x: torch
     may raise to stop the step there. ``execution`` gives the precision of the forward pass and
     the loss (:meth:`~barter_mini.core.execution.Execution.autocast`); its compile and
     recompute were applied to the model when it was built. ``scaler``: the run's loss scaler
-    under fp16 (required there, refused elsewhere)."""
+    under fp16 (required there, refused elsewhere). ``recording``: the step is being recorded
+    into a CUDA graph (:mod:`~barter_mini.training.graphs`), so autocast keeps no cast cache
+    that would outlive a replay."""
     if (scaler is not None) != execution.loss_scaling:
         raise BarterError(f"precision {execution.precision} steps {'with' if execution.loss_scaling else 'without'} "
                           "a loss scaler: pass execution.grad_scaler(device)'s")
     optimizer.zero_grad(set_to_none=True)
-    with execution.autocast(x.device):
+    with execution.autocast(x.device, cache_enabled=not recording):
         logits = forward(x)
         loss = criterion(logits, y)
     if check_loss is not None:

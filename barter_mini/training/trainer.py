@@ -1,7 +1,8 @@
 """Training: AdamW with warm-up and cosine LR, label smoothing, the method's controller, metrics.
 
-:func:`train` is three steps: :func:`build_training` (data, model, optimizer, LR schedule and
-the controller the registry builds for the method), :func:`fit_one_epoch` (the loop, with the
+:func:`train` is three steps: :func:`build_training` (data, model and length from
+:mod:`~barter_mini.training.run_inputs`, the parts from :func:`~barter_mini.training.parts.build_parts`,
+the LR schedule), :func:`fit_one_epoch` (the loop, with the
 controller's ``before_step`` / ``after_step`` around every optimizer step) and
 :func:`finalize` (test the best checkpoint, write the metrics). A run folder holds ``best.pt`` (chosen on validation Top-1), ``last.pt`` and
 ``metrics.json``: validation and test Top-1 and macro-F1 (fractions, test measured with the
@@ -24,90 +25,85 @@ processes (:mod:`~barter_mini.training.parallel`).
 
 A run may start from a trained dense model (``init``, :mod:`~barter_mini.training.finetune`),
 keep only some classes (``classes``), and train for a compute budget (``pflops``) instead of
-epochs: :func:`steps_for_compute` steps, over which the LR and update schedules are laid.
+epochs: :func:`~barter_mini.training.run_inputs.steps_for_compute` steps, over which the LR and update schedules are laid.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import signal
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 import torch
-from sklearn.metrics import f1_score
 from timm.scheduler import CosineLRScheduler
 from torch import nn
-from torch.utils.data import Subset
 from tqdm import tqdm
 
 from ..version import __version__
 from ..core import distributed
-from ..core.budgets import Allocation, check_allocation, compute_budget, starting_allocation
 from ..core.configs import ModelConfig
 from ..core.compilation import graphs_compiled
 from ..core.counting import count_parameters, training_gflops_per_image
-from ..core.execution import Execution
 from ..core.method import MethodController
-from ..core.models import build_model, get_model_config
+from ..core.models import get_model_config
 from ..core.surgery import allocation_of
 from ..errors import BarterError, TrainingDiverged, TrainingInterrupted, check_integer
-from .checkpoints import (CHECKPOINT_FORMAT, RUN_KEYS, check_can_create, load_checkpoint, model_from_checkpoint,
-                          read_json, write_json)
+from .checkpoints import CHECKPOINT_FORMAT, RUN_KEYS, check_can_create, load_checkpoint, model_from_checkpoint, write_json
 from . import parallel, run_folder
-from .data import DataSplits, load_dataset, make_loaders
-from .finetune import dense_start
-from .methods import MethodSetup, get_method
+from .data import make_loaders
+from .evaluation import evaluate
+from .divergence import check_loss_against_chance, divergence_record, diverged_again
+from .methods import get_method
 from .random_state import capture_generators, restore_generators
 from .run_config import RunConfig
-from .graphs import GraphedStep, check_graphs_possible
-from .step import training_step
-from .optimization import make_criterion, make_optimizer, resolve_device, resolve_recipe, seed_everything
+from .parts import RunParts, build_parts
+from .run_inputs import build_run_model, load_splits, run_length
+from .optimization import resolve_device, resolve_recipe, seed_everything
 from .recipes import Recipe
 
-#: a run whose mean training loss over ``LOG_EVERY`` steps exceeds this many times the loss
-#: of a uniform guess (``ln C``) has diverged (:func:`check_loss_against_chance`)
-DIVERGED_LOSS_FACTOR = 20
 #: optimizer steps per point of the training curve (running train loss and accuracy)
 LOG_EVERY = 10
 #: steps before and after every topology or mask update whose training losses metrics.json
 #: keeps (``update_losses``): where a cold start would show as a loss spike
 UPDATE_WINDOW = 10
 
-#: what a run reports beside its progress bar (the command line shows INFO; a notebook nothing)
-LOG = logging.getLogger(__name__)
 
+@dataclass
+class Progress:
+    """How far a run has come: what ``last.pt`` keeps (``resume``) and a resumed run restores,
+    through one symmetric pair, :meth:`state_dict` and :meth:`load_state_dict`."""
 
-@torch.no_grad()
-def evaluate(model: nn.Module, loader, device: torch.device, execution: Execution = Execution()) -> dict[str, float]:
-    """Top-1 accuracy and macro-F1 (fractions) of ``model`` on ``loader``, its forward pass in
-    the run's precision."""
-    model.eval()
-    preds, labels = [torch.zeros(0, dtype=torch.long)], [torch.zeros(0, dtype=torch.long)]
-    for x, y in loader:
-        with execution.autocast(device):
-            logits = model(x.to(device))
-        preds.append(logits.argmax(dim=1).cpu())
-        labels.append(y.cpu())
-    pred, true = parallel.gather_predictions(torch.cat(preds), torch.cat(labels))   # this process's share
-    pred, true = pred.numpy(), true.numpy()
-    return {"acc": float((pred == true).mean()),
-            "macro_f1": float(f1_score(true, pred, average="macro", zero_division=0))}
+    #: the cumulative training GFLOPs so far: each segment between topology updates at its own cost
+    train_gflops: float = 0.0
+    #: wall seconds spent in the controller's after_step calls that changed the model
+    update_seconds: float = 0.0
+    step: int = 0
+    #: batches whose fp16 gradients overflowed: trained on, but no optimizer step (not in ``step``)
+    skipped_steps: int = 0
+    best_acc: float = -1.0
+    history: list = field(default_factory=list)
+    curve: list = field(default_factory=list)
+    window: list = field(default_factory=list)
+    #: the training loss of every step so far (for the windows around updates)
+    step_losses: list = field(default_factory=list)
+    #: the epoch in progress or next to start (1-based), the batches of it already trained,
+    #: their losses, and the training loader's generator state at its start
+    epoch: int = 1
+    batches_done: int = 0
+    epoch_losses: list = field(default_factory=list)
+    epoch_loader_state: torch.Tensor | None = None
+    #: the last completed epoch's validation scores
+    last_val: dict | None = None
 
+    def state_dict(self) -> dict:
+        return {spec.name: _copy(getattr(self, spec.name)) for spec in fields(self)}
 
-def progress(default):
-    """A :class:`Training` field that last.pt keeps and a resumed run restores (``default``: a
-    value, or a factory such as ``list``)."""
-    if callable(default):
-        return field(default_factory=default, metadata={"progress": True})
-    return field(default=default, metadata={"progress": True})
-
-
-def progress_fields(t: "Training") -> list:
-    return [spec for spec in fields(t) if spec.metadata.get("progress")]
+    def load_state_dict(self, state: dict) -> None:
+        for spec in fields(self):
+            setattr(self, spec.name, _copy(state[spec.name]))
 
 
 def _copy(value):
@@ -116,175 +112,88 @@ def _copy(value):
 
 @dataclass
 class Training:
-    """A run in progress: what :func:`build_training` sets up and :func:`fit_one_epoch` advances."""
+    """A run in progress: its settings, its parts (:func:`~barter_mini.training.parts.build_parts`,
+    frozen), its data, LR schedule and length, and its :class:`Progress`; what
+    :func:`build_training` sets up and :func:`fit_one_epoch` advances."""
 
     def __setattr__(self, name: str, value) -> None:
-        if name == "controller" and "controller" in self.__dict__:
-            raise BarterError("a run's controller is fixed when it is built: the graphed step and the "
-                              "checkpoints hold it; wrap it through build_training(wrap_controller=...)")
+        if name in ("parts", "model", "optimizer", "controller") and "parts" in self.__dict__:
+            raise BarterError("a run's parts are fixed when it is built: its graphed step and its checkpoints "
+                              "hold them; wrap the controller through build_training(wrap_controller=...)")
         super().__setattr__(name, value)
 
     run: RunConfig
     recipe: Recipe
     config: ModelConfig
     device: torch.device
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
+    parts: RunParts
     scheduler: CosineLRScheduler
-    controller: MethodController
-    criterion: nn.Module
     loaders: tuple
     total_steps: int
     started: float
     #: training GFLOPs per image of the tensors as they are now (3 x forward; recomputed on resume)
     gflops_per_image: float = 0.0
-    # the progress of the run: what last.pt keeps and a resumed run restores, field by field
-    #: the cumulative training GFLOPs so far: each segment between topology updates at its own cost
-    train_gflops: float = progress(0.0)
-    #: wall seconds spent in the controller's after_step calls that changed the model
-    update_seconds: float = progress(0.0)
-    step: int = progress(0)
-    #: batches whose fp16 gradients overflowed: trained on, but no optimizer step (not in ``step``)
-    skipped_steps: int = progress(0)
-    best_acc: float = progress(-1.0)
-    history: list = progress(list)
-    curve: list = progress(list)
-    window: list = progress(list)
-    #: the training loss of every step so far (for the windows around updates)
-    step_losses: list = progress(list)
-    #: the epoch in progress or next to start (1-based), the batches of it already trained,
-    #: their losses, and the training loader's generator state at its start
-    epoch: int = progress(1)
-    batches_done: int = progress(0)
-    epoch_losses: list = progress(list)
-    epoch_loader_state: torch.Tensor | None = progress(None)
-    #: the last completed epoch's validation scores
-    last_val: dict | None = progress(None)
+    progress: Progress = field(default_factory=Progress)
     #: what the training step calls: the model, or its DDP replica (training.parallel)
     forward: nn.Module | None = None
-    #: how every step and evaluation executes (compile, recompute, precision)
-    execution: Execution = field(default_factory=Execution)
-    #: the step replayed from CUDA graphs (--cuda-graphs), else None
-    graphed: GraphedStep | None = None
-    #: the loss scaler of an fp16 run (Execution.grad_scaler), else None
-    scaler: torch.amp.GradScaler | None = None
     #: Dynamo's graph count when the run started (--compile: the difference counts recompiles)
     graphs_at_start: int = 0
     #: why the run stopped for divergence (:func:`divergence_record`), else None: last.pt keeps
     #: it, so a resume of a diverged run stops with the same line instead of training on
     diverged: dict | None = None
 
+    @property
+    def model(self) -> nn.Module:
+        return self.parts.model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.parts.optimizer
+
+    @property
+    def controller(self) -> MethodController:
+        return self.parts.controller
+
     def checkpoint(self) -> dict:
         """The model and everything needed to continue exactly from here (:func:`resume_training`)."""
+        p = self.progress
         return {"format": CHECKPOINT_FORMAT, "version": __version__, "run": asdict(self.run),
                 "recipe": asdict(self.recipe), "model_config": asdict(self.config),
                 "allocation": allocation_of(self.model).as_dict(), "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "controller": self.controller.state_dict(),
-                "epoch": self.epoch - 1, "step": self.step, "val": self.last_val,
+                "epoch": p.epoch - 1, "step": p.step, "val": p.last_val,
                 "resume": self.resume_state(), "diverged": self.diverged}
 
     def resume_state(self) -> dict:
-        """The trainer's side of an exact resume: every :func:`progress` field (position in the
-        data, records), the length fixed when the run started, the LR schedule, every process's
-        random generators (they draw different augmentations) and the elapsed time."""
-        return {**{f.name: _copy(getattr(self, f.name)) for f in progress_fields(self)},
-                "total_steps": self.total_steps, "epochs": self.recipe.epochs,
+        """The trainer's side of an exact resume: the :class:`Progress` (position in the data,
+        records), the length fixed when the run started, the LR schedule, every process's
+        random generators (they draw different augmentations), the loss scaler and the
+        elapsed time."""
+        scaler = self.parts.scaler
+        return {**self.progress.state_dict(), "total_steps": self.total_steps, "epochs": self.recipe.epochs,
                 "scheduler": self.scheduler.state_dict(), "rng": distributed.all_gather(capture_generators()),
-                "scaler": None if self.scaler is None else self.scaler.state_dict(),
+                "scaler": None if scaler is None else scaler.state_dict(),
                 "elapsed_s": time.perf_counter() - self.started}
 
     def load_resume_state(self, state: dict) -> None:
-        """Restore :meth:`resume_state`'s progress fields and elapsed time (the rest:
-        :func:`resume_training`)."""
-        for spec in progress_fields(self):
-            setattr(self, spec.name, _copy(state[spec.name]))
+        """Restore :meth:`resume_state` (the length and recipe: :func:`~barter_mini.training.run_inputs.run_length`)."""
+        self.progress.load_state_dict(state)
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.parts.scaler is not None:
+            self.parts.scaler.load_state_dict(state["scaler"])
+        if self.progress.epoch_loader_state is not None:     # the shuffle of the epoch the run continues in
+            self.loaders[0].generator.set_state(self.progress.epoch_loader_state)
         self.started = time.perf_counter() - state["elapsed_s"]
 
 
-def steps_for_compute(pflops: float, gflops_per_image: float, batch_size: int) -> int:
-    """Optimizer steps whose training compute first reaches ``pflops``:
-    ``ceil(pflops * 1e6 / (gflops_per_image * batch_size))``. A compact model's cost per
-    image does not change when BARTER moves units (a head, or an FFN channel, costs the same
-    in every layer), so the budget is met within one batch."""
-    return max(1, math.ceil(pflops * 1e6 / (gflops_per_image * batch_size)))
-
-
-def read_train_pflops(run_dir: str | Path) -> float:
-    """The cumulative training PFLOPs a finished run recorded (``--match-compute``)."""
-    path = Path(run_dir) / "metrics.json"
-    if not path.is_file():
-        raise BarterError(f"{run_dir} holds no metrics.json: match the compute of a finished run folder")
-    metrics = read_json(path)
-    if "train_pflops" not in metrics:
-        raise BarterError(f"{path} records no train_pflops: retrain that run with this version")
-    return float(metrics["train_pflops"])
-
-
-def start_allocation(run: RunConfig, config: ModelConfig) -> Allocation:
-    """Where a compact run starts: its ``start`` rule, or its given ``allocation``, which must
-    hold exactly the density's budgets (core.budgets.compute_budget) within each layer's bounds."""
-    budget = compute_budget(config, run.density)
-    if run.allocation is None:
-        return starting_allocation(config, budget, run.start)
-    given = check_allocation(config, Allocation(heads=tuple(run.allocation["heads"]), ffn=tuple(run.allocation["ffn"])))
-    if (sum(given.heads), sum(given.ffn)) != (budget.heads, budget.ffn):
-        raise BarterError(f"the given allocation holds {sum(given.heads)} heads and {sum(given.ffn)} FFN channels; "
-                          f"density {run.density:g} of {config.name} budgets {budget.heads} and {budget.ffn}")
-    return given
-
-
-def load_splits(run: RunConfig, recipe: Recipe) -> DataSplits:
-    """The run's dataset, cut to the recipe's training and evaluation subsets."""
-    splits = load_dataset(run.dataset, run.data_root, seed=run.seed, train_subset=recipe.train_subset,
-                          download=run.download, classes=run.classes, img_size=run.img_size)
-    if recipe.eval_subset:
-        splits.val = Subset(splits.val, range(min(recipe.eval_subset, len(splits.val))))
-        splits.test = Subset(splits.test, range(min(recipe.eval_subset, len(splits.test))))
-    return splits
-
-
-def build_run_model(run: RunConfig, config: ModelConfig, recipe: Recipe, splits: DataSplits, device: torch.device,
-                    checkpoint: dict | None) -> nn.Module:
-    """The run's model on ``device``: compact at the allocation it starts from (or the
-    checkpoint's, whose values :func:`resume_training` loads), full-width for a masked method,
-    or cut from the dense ``init`` checkpoint (:func:`~barter_mini.training.finetune.dense_start`)."""
-    method = get_method(run.method)
-    if checkpoint is not None:        # the tensors as they were; their values are loaded later
-        allocation = None if method.full_width else Allocation(
-            **{kind: tuple(widths) for kind, widths in checkpoint["allocation"].items()})
-    else:
-        allocation = None if method.full_width else start_allocation(run, config)
-    if run.init is None or checkpoint is not None:
-        return build_model(config, method.model_density(run.density), allocation, drop_path=recipe.drop_path).to(device)
-    model, reinitialised = dense_start(
-        run.init, config, run.dataset, run.classes, run.density, compact=not method.full_width,
-        allocation="oneshot" if method.needs_init else allocation, splits=splits,
-        batch_size=recipe.batch_size, seed=run.seed, device=device, drop_path=recipe.drop_path)
-    if reinitialised:
-        LOG.info("%s: the classifier was re-initialised for the %d classes of this run", run.init, config.num_classes)
-    return model
-
-
-def run_length(run: RunConfig, recipe: Recipe, steps_per_epoch: int, gflops_per_image: float,
-               checkpoint: dict | None) -> tuple[int, Recipe]:
-    """The run's optimizer steps and its recipe with the epochs they span: the recipe's
-    epochs, or as many steps as a compute budget (``pflops``) buys; a resumed run keeps the
-    length fixed when it started."""
-    if checkpoint is not None:
-        return checkpoint["resume"]["total_steps"], replace(recipe, epochs=checkpoint["resume"]["epochs"])
-    if run.pflops is None:
-        return recipe.epochs * steps_per_epoch, recipe
-    total_steps = steps_for_compute(run.pflops, gflops_per_image, recipe.batch_size)
-    return total_steps, replace(recipe, epochs=math.ceil(total_steps / steps_per_epoch))
-
-
 def build_training(run: RunConfig, checkpoint: dict | None = None, wrap_controller=None) -> Training:
-    """Data, model, optimizer, LR schedule and the method's controller of ``run``; from a
-    ``last.pt`` ``checkpoint`` of the same run, everything as it was when it was written
+    """Data, model, LR schedule and the run's parts (:func:`~barter_mini.training.parts.build_parts`:
+    optimizer, the method's controller, loss, execution, graphed step); from a ``last.pt``
+    ``checkpoint`` of the same run, everything as it was when it was written
     (:func:`resume_training`). ``wrap_controller(controller, model, recipe, loaders, device)``
-    may wrap the method's controller (a probe of its updates) before anything holds it: a
-    run's controller is fixed once built (:class:`Training` refuses another), so a graphed
-    step and a checkpoint can never hold a different one from the run's."""
+    may wrap the method's controller (a probe of its updates) before anything holds it: the
+    parts are frozen, so a graphed step and a checkpoint can never hold another controller
+    than the run's."""
     run = run.validate()
     device = parallel.process_device(resolve_device(run.device))
     seed_everything(run.seed)
@@ -295,22 +204,18 @@ def build_training(run: RunConfig, checkpoint: dict | None = None, wrap_controll
                            world_size=distributed.world_size(), device=device)
     config = base_config.for_data(splits.info.img_size, splits.info.in_chans, splits.info.num_classes)
     model = build_run_model(run, config, recipe, splits, device, checkpoint)
-    optimizer = make_optimizer(model, recipe, capturable=run.cuda_graphs)
     gflops = training_gflops_per_image(model)
     total_steps, recipe = run_length(run, recipe, len(loaders[0]), gflops, checkpoint)
+    wrap = None if wrap_controller is None else (
+        lambda controller: wrap_controller(controller, model, recipe, loaders, device))
+    parts = build_parts(run, model, recipe, total_steps, device, wrap_controller=wrap,
+                        distributed=distributed.is_distributed())
     scheduler = CosineLRScheduler(
-        optimizer, t_initial=total_steps, lr_min=recipe.min_lr,
+        parts.optimizer, t_initial=total_steps, lr_min=recipe.min_lr,
         warmup_t=int(recipe.warmup_fraction * total_steps), warmup_lr_init=recipe.lr * 0.01,
         warmup_prefix=True, t_in_epochs=False)
-    execution = run.execution()
-    controller = get_method(run.method).build(MethodSetup(model, optimizer, run.density, total_steps, recipe,
-                                                          run.seed, from_trained=run.init is not None,
-                                                          loss_scaled=execution.loss_scaling))
-    if wrap_controller is not None:
-        controller = wrap_controller(controller, model, recipe, loaders, device)
-    t = Training(run, recipe, config, device, model, optimizer, scheduler, controller, make_criterion(recipe),
-                 loaders, total_steps, started=time.perf_counter(), gflops_per_image=gflops,
-                 execution=execution, scaler=execution.grad_scaler(device))
+    t = Training(run, recipe, config, device, parts, scheduler, loaders, total_steps, started=time.perf_counter(),
+                 gflops_per_image=gflops)
     if checkpoint is not None:
         try:
             resume_training(t, checkpoint)
@@ -324,10 +229,6 @@ def build_training(run: RunConfig, checkpoint: dict | None = None, wrap_controll
     elif distributed.is_distributed():   # the model is built: now each process draws its own augmentations
         torch.manual_seed(int(np.random.SeedSequence([run.seed, distributed.rank()]).generate_state(1)[0]))
     t.graphs_at_start = graphs_compiled()
-    t.execution.apply(t.model)
-    if t.execution.graphs:
-        check_graphs_possible(device, run.method, distributed.is_distributed())
-        t.graphed = GraphedStep(t.model, optimizer, t.criterion, controller, t.execution)
     t.forward = parallel.wrap(t.model, device)
     return t
 
@@ -335,21 +236,16 @@ def build_training(run: RunConfig, checkpoint: dict | None = None, wrap_controll
 def resume_training(t: Training, checkpoint: dict) -> None:
     """Put a freshly built run (tensors already of the checkpoint's sizes) back where
     ``checkpoint`` left it: weights, optimizer moments (its parameter groups already point at
-    this model's tensors), LR schedule, the controller's statistics, masks, RNGs and counts,
-    the trainer's records, its position in the epoch and every random generator.
+    this model's tensors), the controller's statistics, masks, RNGs and counts, and the
+    trainer's :meth:`~Training.resume_state` (LR schedule, progress, position in the epoch).
 
-    The global RNGs are restored last: building the model drew from them."""
+    Every random generator is restored last: building the model drew from them."""
     state = checkpoint["resume"]
     t.model.load_state_dict(checkpoint["model"])
     t.optimizer.load_state_dict(checkpoint["optimizer"])
-    t.scheduler.load_state_dict(state["scheduler"])
     t.controller.load_state_dict(checkpoint["controller"])
-    if t.scaler is not None:
-        t.scaler.load_state_dict(state["scaler"])
     t.load_resume_state(state)
     t.gflops_per_image = training_gflops_per_image(t.model)
-    if t.epoch_loader_state is not None:     # the shuffle of the epoch the run continues in
-        t.loaders[0].generator.set_state(t.epoch_loader_state)
     restore_generators(parallel.own_state(state["rng"], "random generators"))
 
 
@@ -364,25 +260,22 @@ def train_step(t: Training, x: torch.Tensor, y: torch.Tensor) -> tuple[float, fl
     optimizer or the method's statistics, and the controller's ``before_step`` stops it before
     it decides on non-finite values."""
     measured: list[float] = []
+    progress = t.progress
 
     def check_loss(loss: torch.Tensor, logits: torch.Tensor) -> None:
         measured.extend(parallel.mean_over_processes(loss.item(), (logits.argmax(dim=1) == y).float().mean().item()))
         if not math.isfinite(measured[0]):
-            raise TrainingDiverged(t.step + 1, f"the training loss is {measured[0]}")
+            raise TrainingDiverged(progress.step + 1, f"the training loss is {measured[0]}")
 
-    if t.graphed is not None:
-        outcome = t.graphed(x, y, t.step + 1, check_loss)
-    else:
-        outcome = training_step(t.forward, t.optimizer, x, y, criterion=t.criterion, controller=t.controller,
-                                step=t.step + 1, check_loss=check_loss, execution=t.execution, scaler=t.scaler)
-    t.train_gflops += t.gflops_per_image * x.shape[0] * distributed.world_size()
+    outcome = t.parts.step(x, y, progress.step + 1, check_loss=check_loss, forward=t.forward)
+    progress.train_gflops += t.gflops_per_image * x.shape[0] * distributed.world_size()
     if outcome.skipped:
-        t.skipped_steps += 1
+        progress.skipped_steps += 1
         return measured[0], measured[1], False
-    t.step += 1
-    t.scheduler.step_update(t.step)          # no controller reads the LR: after its update is the same
+    progress.step += 1
+    t.scheduler.step_update(progress.step)          # no controller reads the LR: after its update is the same
     if outcome.changed is not None:
-        t.update_seconds += outcome.update_seconds
+        progress.update_seconds += outcome.update_seconds
         if not get_method(t.run.method).full_width:
             t.gflops_per_image = training_gflops_per_image(t.model)  # the tensors changed size
             t.forward = parallel.wrap(t.model, t.device)      # DDP's buckets hold the old tensors
@@ -390,79 +283,68 @@ def train_step(t: Training, x: torch.Tensor, y: torch.Tensor) -> tuple[float, fl
 
 
 def fit_one_epoch(t: Training, after_each_step=None) -> dict:
-    """Train the rest of epoch ``t.epoch`` (all of it unless resumed inside it), the method's
+    """Train the rest of epoch ``t.progress.epoch`` (all of it unless resumed inside it), the method's
     controller around every optimizer step and ``after_each_step(t)`` after it (checkpoints,
     interruptions); return the epoch's history entry (train loss, validation scores, LR,
     elapsed time) and move ``t`` to the next epoch."""
+    p = t.progress
     t.model.train()
-    loader, epoch = t.loaders[0], t.epoch
-    if t.batches_done == 0:
-        t.epoch_loader_state, t.epoch_losses = loader.generator.get_state(), []
+    loader, epoch = t.loaders[0], p.epoch
+    if p.batches_done == 0:
+        p.epoch_loader_state, p.epoch_losses = loader.generator.get_state(), []
     else:                             # resumed inside the epoch (resume_training set its shuffle)
-        loader.batch_sampler.skip = t.batches_done       # its first batches passed over
-    losses = t.epoch_losses
-    bar = tqdm(loader, desc=f"{t.run.method} epoch {epoch}/{t.recipe.epochs}", initial=t.batches_done,
+        loader.batch_sampler.skip = p.batches_done       # its first batches passed over
+    losses = p.epoch_losses
+    bar = tqdm(loader, desc=f"{t.run.method} epoch {epoch}/{t.recipe.epochs}", initial=p.batches_done,
                disable=(None if t.run.progress is None else not t.run.progress), leave=False)
-    for x, y in ([] if t.step >= t.total_steps else bar):
+    for x, y in ([] if p.step >= t.total_steps else bar):
         x, y = x.to(t.device, non_blocking=True), y.to(t.device, non_blocking=True)
         loss_value, accuracy, stepped = train_step(t, x, y)
         losses.append(loss_value)
         if stepped:                           # step_losses and the curve are indexed by optimizer step
-            t.step_losses.append(loss_value)
-            t.window.append((loss_value, accuracy))
-        if stepped and t.step % LOG_EVERY == 0:
-            t.curve.append({"step": t.step, "train_loss": float(np.mean([l for l, _ in t.window])),
-                            "train_acc": float(np.mean([a for _, a in t.window]))})
-            t.window.clear()
-            check_loss_against_chance(t.curve[-1]["train_loss"], t.step, t.config.num_classes)
+            p.step_losses.append(loss_value)
+            p.window.append((loss_value, accuracy))
+        if stepped and p.step % LOG_EVERY == 0:
+            p.curve.append({"step": p.step, "train_loss": float(np.mean([l for l, _ in p.window])),
+                            "train_acc": float(np.mean([a for _, a in p.window]))})
+            p.window.clear()
+            check_loss_against_chance(p.curve[-1]["train_loss"], p.step, t.config.num_classes, LOG_EVERY)
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
-        t.batches_done += 1
+        p.batches_done += 1
         if after_each_step is not None:
             after_each_step(t)
-        if t.step >= t.total_steps:          # a compute budget can end inside an epoch
+        if p.step >= t.total_steps:          # a compute budget can end inside an epoch
             break
     bar.close()
-    val = evaluate(t.model, t.loaders[1], t.device, t.execution)
-    entry = {"epoch": epoch, "step": t.step, "train_loss": float(np.mean(losses)),
+    val = evaluate(t.model, t.loaders[1], t.device, t.parts.execution)
+    entry = {"epoch": epoch, "step": p.step, "train_loss": float(np.mean(losses)),
              "val_acc": val["acc"], "val_macro_f1": val["macro_f1"],
              "lr": t.optimizer.param_groups[0]["lr"], "elapsed_s": time.perf_counter() - t.started}
-    t.history.append(entry)
-    t.last_val = {"acc": val["acc"], "macro_f1": val["macro_f1"]}
-    t.epoch, t.batches_done, t.epoch_losses = epoch + 1, 0, []
-    t.epoch_loader_state = loader.generator.get_state()        # where the next epoch's shuffle starts
+    p.history.append(entry)
+    p.last_val = {"acc": val["acc"], "macro_f1": val["macro_f1"]}
+    p.epoch, p.batches_done, p.epoch_losses = epoch + 1, 0, []
+    p.epoch_loader_state = loader.generator.get_state()        # where the next epoch's shuffle starts
     return entry
 
 
-def check_loss_against_chance(mean_loss: float, step: int, num_classes: int, steps: int = LOG_EVERY) -> None:
-    """Raise :class:`~barter_mini.errors.TrainingDiverged` if the mean training loss of the
-    ``steps`` steps up to ``step`` exceeds :data:`DIVERGED_LOSS_FACTOR` times the loss of
-    a uniform guess, ``ln C`` for ``C`` classes (whatever the label smoothing): a model that
-    far worse than chance has diverged, though every number is still finite."""
-    limit = DIVERGED_LOSS_FACTOR * math.log(max(num_classes, 2))
-    if mean_loss > limit:
-        raise TrainingDiverged(step, f"the training loss averaged {mean_loss:.4g} over steps {step - steps + 1}-{step}, "
-                                     f"over {DIVERGED_LOSS_FACTOR} times that of a uniform guess "
-                                     f"({limit:.3g} = {DIVERGED_LOSS_FACTOR} x ln {num_classes})")
-
-
 def check_recent_losses(t: Training) -> None:
-    """:func:`check_loss_against_chance` on the mean loss of the last ``LOG_EVERY`` optimizer
+    """:func:`~barter_mini.training.divergence.check_loss_against_chance` on the mean loss of the last ``LOG_EVERY`` optimizer
     steps (fewer in a run that has taken fewer): called before anything is written from the
     run's state, so a step whose loss the periodic check has not yet seen (a run shorter than
     ``LOG_EVERY`` steps, the end of an epoch between two curve points) never reaches a
     checkpoint or metrics.json unchecked. The losses were read on the host already (the
     step's finiteness check), so this costs no device synchronisation."""
-    recent = t.step_losses[-LOG_EVERY:]
+    recent = t.progress.step_losses[-LOG_EVERY:]
     if recent:
-        check_loss_against_chance(float(np.mean(recent)), t.step, t.config.num_classes, len(recent))
+        check_loss_against_chance(float(np.mean(recent)), t.progress.step, t.config.num_classes, len(recent))
 
 
 def save_epoch(t: Training, out: Path) -> None:
     """``last.pt`` after every epoch, ``best.pt`` when validation Top-1 improved."""
     check_recent_losses(t)
-    improved = t.last_val["acc"] > t.best_acc
+    improved = t.progress.last_val["acc"] > t.progress.best_acc
     if improved:
-        t.best_acc = t.last_val["acc"]
+        t.progress.best_acc = t.progress.last_val["acc"]
     state = t.checkpoint()
     if improved:
         run_folder.write_checkpoint(out / "best.pt", state)
@@ -482,50 +364,31 @@ def finalize(t: Training, out: Path) -> dict:
     train_time = time.perf_counter() - t.started
     best = load_checkpoint(out / "best.pt", map_location=t.device, keys=RUN_KEYS, use="testing the best model")
     best_model = model_from_checkpoint(best, t.device, path=out / "best.pt")
-    test = evaluate(best_model, t.loaders[2], t.device, t.execution)
+    test = evaluate(best_model, t.loaders[2], t.device, t.parts.execution)
     run = t.run
     metrics = {
         "version": __version__, "method": run.method, "model": run.model, "dataset": run.dataset,
         "density": run.density, "seed": run.seed, "recipe": t.recipe.name, "epochs": t.recipe.epochs,
-        "device": t.device.type, "steps": t.step, "best_epoch": best["epoch"],
+        "device": t.device.type, "steps": t.progress.step, "best_epoch": best["epoch"],
         "val_acc": best["val"]["acc"], "val_macro_f1": best["val"]["macro_f1"],
         "test_acc": test["acc"], "test_macro_f1": test["macro_f1"],
         "wall_time_s": time.perf_counter() - t.started, "train_time_s": train_time,
         "params": count_parameters(best_model),
         "train_gflops_per_image": training_gflops_per_image(best_model),
-        "train_pflops": t.train_gflops / 1e6,
-        "update_time_s": t.update_seconds, "update_ms_per_step": 1000 * t.update_seconds / max(1, t.step),
-        "skipped_steps": t.skipped_steps,
-        "allocation": best["allocation"], "history": t.history, "curve": t.curve,
-        "update_losses": update_losses(t.step_losses, t.controller.changing_steps()),
+        "train_pflops": t.progress.train_gflops / 1e6,
+        "update_time_s": t.progress.update_seconds, "update_ms_per_step": 1000 * t.progress.update_seconds / max(1, t.progress.step),
+        "skipped_steps": t.progress.skipped_steps,
+        "allocation": best["allocation"], "history": t.progress.history, "curve": t.progress.curve,
+        "update_losses": update_losses(t.progress.step_losses, t.controller.changing_steps()),
         **t.controller.metrics(), "processes": distributed.world_size(), "threads": torch.get_num_threads(),
         "graphs_compiled": graphs_compiled() - t.graphs_at_start if run.compile else 0,
-        **(t.graphed.metrics() if t.graphed is not None else {}),
+        **(t.parts.graphed.metrics() if t.parts.graphed is not None else {}),
         "run": asdict(run), "recipe_settings": asdict(t.recipe),
     }
     if distributed.is_main_process():
         write_json(out / "metrics.json", metrics)
     parallel.barrier()
     return metrics
-
-
-def divergence_record(diverged: TrainingDiverged) -> dict:
-    """What last.pt keeps of a divergence (:attr:`Training.diverged`): enough to raise it again."""
-    return {"step": diverged.step, "what": diverged.what, "hint": diverged.hint}
-
-
-def diverged_again(checkpoint: dict, path: Path) -> TrainingDiverged:
-    """The divergence that stopped the run whose ``last.pt`` (at ``path``) is ``checkpoint``,
-    to raise again on ``--resume``: the same line, the same exit status. A resumed diverged
-    run would otherwise train on from a broken state until its loss happened to fall below
-    the rule and end as if it had finished."""
-    record = checkpoint["diverged"]
-    if not (isinstance(record, dict) and isinstance(record.get("step"), int) and isinstance(record.get("what"), str)
-            and isinstance(record.get("hint", ""), str) and isinstance(checkpoint.get("step"), int)):
-        raise BarterError(f"{path} marks its run as diverged but does not say where (a damaged file): "
-                          "train the run again in another --out")
-    return TrainingDiverged(record["step"], record["what"], checkpoint=path, kept_step=checkpoint["step"],
-                            hint=record.get("hint", ""))
 
 
 def train(run: RunConfig, out: str | Path, resume: bool = False, checkpoint_every: int | None = None) -> dict:
@@ -561,20 +424,20 @@ def _train_in(run: RunConfig, out: Path, checkpoint: dict | None, checkpoint_eve
             if parallel.any_process(bool(received)):       # every process stops at the same step
                 check_recent_losses(t)
                 run_folder.write_checkpoint(out / "last.pt", t.checkpoint())
-                raise TrainingInterrupted(received[0] if received else signal.SIGTERM, t.step, out / "last.pt")
-            if checkpoint_every is not None and t.step % checkpoint_every == 0:
+                raise TrainingInterrupted(received[0] if received else signal.SIGTERM, t.progress.step, out / "last.pt")
+            if checkpoint_every is not None and t.progress.step % checkpoint_every == 0:
                 check_recent_losses(t)
                 run_folder.write_checkpoint(out / "last.pt", t.checkpoint())
 
         try:
-            while t.epoch <= t.recipe.epochs:
+            while t.progress.epoch <= t.recipe.epochs:
                 fit_one_epoch(t, after_each_step)
                 save_epoch(t, out)
         except TrainingDiverged as diverged:
             # the model, optimizer and records are those after the last step with finite
             # values: keep them (the cause can be studied, e.g. the weights' norms), say so,
             # and mark them diverged so that no resume trains on from them
-            diverged.checkpoint, diverged.kept_step = out / "last.pt", t.step
+            diverged.checkpoint, diverged.kept_step = out / "last.pt", t.progress.step
             diverged.hint = (f"the learning rate {t.recipe.lr:g} may be too high: "
                              "try a smaller --lr, in another --out")
             t.diverged = divergence_record(diverged)
