@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from barter_mini.book.findings import ablation_findings, from_scratch_findings
 
@@ -44,6 +45,25 @@ def test_ablation_findings_compare_signs_with_table_12():
     assert "1 of 2 variants ended below BARTER here; in the paper 2 of the 2 it reports did." in text
     assert "barter 3 heads and 15 FFN channels; static 0 heads and 0 FFN channels" in text
     assert "Means over 2 seeds" in text
+
+
+def test_ablation_gaps_are_paired_by_seed_and_told_from_the_noise():
+    from barter_mini.book.experiments import ablation_differences
+    runs = pd.DataFrame([{"method": m, "seed": s, "acc": acc, "f1": acc}
+                         for m, accs in (("barter", (50, 52, 54)), ("static", (49, 51, 53)),
+                                         ("random-pair", (51, 50, 55)))
+                         for s, acc in enumerate(accs)])
+    ours = ablation_differences(runs).set_index("method")
+    assert ours.loc["static", "acc_diff"] == -1 and ours.loc["static", "acc_diff_sd"] == 0   # every seed 1 lower
+    assert ours.loc["random-pair", "acc_diff_sd"] == pytest.approx(pd.Series([1, -2, 1]).std())
+    text = ablation_findings(ours.reset_index(), pd.DataFrame({"method": [], "acc_diff": []}), pd.DataFrame(), 3)
+    assert "**static**: -1.00 points of test Top-1 against BARTER, paired by seed sd 0.00: beyond the seed noise" in text
+    assert "**random-pair**: +0.00 points" in text and "sd 1.73: within the seed noise" in text
+    assert "1 of the 2 gaps is beyond twice its standard error over 3 seeds" in text
+    one_seed = ablation_differences(runs[runs["seed"] == 0])
+    assert one_seed["acc_diff_sd"].isna().all()
+    assert "seed noise" not in ablation_findings(one_seed, pd.DataFrame({"method": [], "acc_diff": []}),
+                                                 pd.DataFrame(), 1).split("\n")[0]
 
 
 def _multiplier_runs(seeds=(0, 1)) -> pd.DataFrame:

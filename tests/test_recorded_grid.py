@@ -9,6 +9,7 @@ import shlex
 
 import pytest
 
+from barter_mini.book.build import REPO
 from barter_mini.book.grids import book_stages
 from barter_mini.book.recorded_grid import GRIDS, MULTIPLIERS, PROVENANCE, RecordedGrid
 from barter_mini.cli import build_parser
@@ -49,3 +50,24 @@ def test_the_table_is_read_from_a_real_cache_and_a_missing_run_names_the_command
     assert (args.book, args.chapters, dict(args.parameter)) == ("smoke", ["08"], grid.parameters)
     with pytest.raises(BarterError, match=r"missing\.csv is missing: train the tiny grid with `barter-mini sweep"):
         grid.read(tmp_path / "missing.csv")
+
+
+def _read_by_a_chapter(grid) -> bool:
+    """Whether the grid's chapter notebook reads its recorded file."""
+    notebook = next((REPO / "notebooks").glob(f"{grid.chapter}_*.ipynb"))
+    return f"{grid.name.upper()}.read(" in notebook.read_text()
+
+
+@pytest.mark.parametrize("name", sorted(GRIDS))
+def test_a_recorded_grid_a_chapter_reads_holds_every_run_with_its_command_and_commit(name):
+    grid = GRIDS[name]
+    if not _read_by_a_chapter(grid):
+        assert not grid.csv.exists(), f"{grid.csv} is recorded but no chapter reads it"
+        return
+    frame = grid.read()
+    assert len(frame) == len(grid.runs())
+    keys = [column for column in ("method", "policy", "multiplier", "density") if column in frame]
+    assert frame.groupby(keys)["seed"].nunique().min() >= 3
+    assert not frame.duplicated(keys + ["seed"]).any()
+    assert frame["commit"].str.fullmatch(r"[0-9a-f]{40}").all() and (frame["command"] == grid.command()).all()
+    assert frame["acc"].between(0, 100).all()

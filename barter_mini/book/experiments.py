@@ -165,25 +165,36 @@ def ablation_differences(runs: pd.DataFrame, reference: str = "barter") -> pd.Da
     """Figure 6: each variant's mean Top-1 and macro-F1 minus ``reference``'s, in points.
 
     Means over seeds are taken first, as in the paper's figure ("values are means over three
-    seeds per method"); the variant's own scores are kept beside the differences.
+    seeds per method"); the variant's own scores are kept beside the differences. With two
+    seeds or more shared with the reference, ``acc_diff_sd`` is the sample standard deviation
+    over seeds of the Top-1 gap paired by seed (variant minus reference on the same seed) and
+    ``paired_seeds`` their number: what tells a gap from the seed noise.
     """
     means = runs.groupby("method", sort=False)[["acc", "f1"]].mean()
     if reference not in means.index:
         raise BarterError(f"the ablation table needs the reference method {reference!r} among the runs")
     variants = [m for m in means.index if m != reference]
+    if "seed" in runs:
+        by_seed = runs.pivot_table(index="seed", columns="method", values="acc", aggfunc="mean")
+        gaps = {m: (by_seed[m] - by_seed[reference]).dropna() for m in variants}
+    else:                                   # means only (the paper's table)
+        gaps = {m: pd.Series(dtype=float) for m in variants}
     return pd.DataFrame({
         "method": variants,
         "acc": [means.loc[m, "acc"] for m in variants],
         "acc_diff": [means.loc[m, "acc"] - means.loc[reference, "acc"] for m in variants],
         "f1": [means.loc[m, "f1"] for m in variants],
         "f1_diff": [means.loc[m, "f1"] - means.loc[reference, "f1"] for m in variants],
+        "acc_diff_sd": [gaps[m].std() if len(gaps[m]) > 1 else float("nan") for m in variants],
+        "paired_seeds": [len(gaps[m]) for m in variants],
     })
 
 
 def paper_ablation_differences() -> pd.DataFrame:
     """Figure 6 from the paper's Table 12 means (CCT on CIFAR-100, rho = 0.5)."""
     paper = read_paper_table("table12_ablations_cct_cifar100")
-    return ablation_differences(paper.rename(columns={"acc_mean": "acc", "f1_mean": "f1"}))
+    means = ablation_differences(paper.rename(columns={"acc_mean": "acc", "f1_mean": "f1"}))
+    return means.drop(columns=["acc_diff_sd", "paired_seeds"])        # the table gives means only
 
 
 def units_moved(runs: pd.DataFrame, model: str) -> pd.DataFrame:

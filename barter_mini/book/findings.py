@@ -5,6 +5,8 @@ its one-sentence answer to the introduction (:func:`glue_headline`)."""
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from ..training.methods import get_method
@@ -34,8 +36,8 @@ def _seed_caveat(seeds: int) -> str:
     if seeds < 2:
         return ("These are single runs (one seed): a gap of a few tenths of a point is within what "
                 "another seed would change (the reallocation chapter measures that noise).")
-    return (f"Means over {seeds} seeds; the seed noise of one run is a few tenths of a point on these "
-            "short runs, so read gaps smaller than that as level.")
+    return (f"Means over {seeds} seeds; a gap smaller than the seed noise it is measured against "
+            "says nothing about which is better.")
 
 
 def from_scratch_findings(summary: pd.DataFrame, paper: pd.DataFrame) -> str:
@@ -72,29 +74,46 @@ def from_scratch_findings(summary: pd.DataFrame, paper: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def beyond_noise(gap: float, sd: float, seeds: int) -> bool:
+    """Whether a mean gap paired by seed is told apart from the seed noise: it exceeds twice its
+    standard error, ``|gap| > 2 sd / sqrt(seeds)`` (about a 95 % interval; never with one seed)."""
+    return seeds > 1 and not math.isnan(sd) and abs(gap) > 2 * sd / math.sqrt(seeds)
+
+
 def ablation_findings(ours: pd.DataFrame, paper: pd.DataFrame, moved: pd.DataFrame, seeds: int) -> str:
     """Chapter 03's conclusion: each variant's Top-1 minus BARTER's beside the sign the paper's
-    Table 12 gives it (Figure 6: every variant below BARTER at rho = 0.5), and how many units
-    BARTER and the variants moved.
+    Table 12 gives it (Figure 6: every variant below BARTER at rho = 0.5), whether the gap is
+    beyond the seed noise (:func:`beyond_noise`, where ``ours`` has ``acc_diff_sd``), and how
+    many units BARTER and the variants moved.
 
     ``ours`` and ``paper`` are :func:`~barter_mini.book.experiments.ablation_differences`
     tables, ``moved`` is :func:`~barter_mini.book.experiments.units_moved`'s, ``seeds`` the number
     of seeds behind each mean."""
     paper = paper.set_index("method")
     lines = []
-    below = 0
+    below = beyond = 0
+    paired = "acc_diff_sd" in ours and seeds > 1
     for _, row in ours.iterrows():
-        said = ""
+        said = noise = ""
         if row["method"] in paper.index:
             theirs = paper.loc[row["method"], "acc_diff"]
             said = f" (the paper: {_points(theirs)}; {_sign_words(row['acc_diff'], theirs)})"
+        if paired:
+            outside = beyond_noise(row["acc_diff"], row["acc_diff_sd"], int(row["paired_seeds"]))
+            beyond += outside
+            noise = (f", paired by seed sd {row['acc_diff_sd']:.2f}: "
+                     f"{'beyond' if outside else 'within'} the seed noise")
         below += row["acc_diff"] < 0
-        lines.append(f"- **{row['method']}**: {_points(row['acc_diff'])} of test Top-1 against BARTER{said}.")
+        lines.append(f"- **{row['method']}**: {_points(row['acc_diff'])} of test Top-1 against BARTER{noise}{said}.")
     lines.append("")
     compared = paper.reindex(ours["method"]).dropna(subset=["acc_diff"])
     theirs_below = int((compared["acc_diff"] < 0).sum())
     lines.append(f"{below} of {len(ours)} variants ended below BARTER here; in the paper {theirs_below} "
                  f"of the {len(compared)} it reports did.")
+    if paired:
+        lines.append(f"{beyond} of the {len(ours)} gaps {'is' if beyond == 1 else 'are'} beyond twice "
+                     f"{'its' if beyond == 1 else 'their'} standard error over {seeds} seeds "
+                     "(sd / sqrt(seeds)); the rest cannot be told from the seed noise at this length.")
     if not moved.empty:
         means = moved.groupby("method", sort=False)[["heads moved", "FFN channels moved"]].mean()
         lines.append("Units that ended in another layer than they started in (mean over seeds): "

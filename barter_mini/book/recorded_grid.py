@@ -20,6 +20,7 @@ it beside its own runs, marked as recorded; a rebuild never recomputes it.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 from contextlib import contextmanager
@@ -41,6 +42,8 @@ from .transfer_counts import run_multipliers
 
 #: where the recorded grids live
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+#: the columns of a chapter's table that hold a count per layer (a tuple)
+ALLOCATION_COLUMNS = frozenset({"heads", "ffn"})
 #: what every recorded row carries after the chapter's own columns
 PROVENANCE = ("commit", "command")
 
@@ -113,7 +116,7 @@ class RecordedGrid:
     def record(self, commit: str, profile: str = "quick", cache_dir: Path | None = None,
                path: Path | None = None) -> Path:
         """Write :meth:`frame` to ``path`` (default :attr:`csv`), atomically."""
-        frame = self.frame(commit, profile, cache_dir)
+        frame = self.frame(commit, profile, cache_dir).round(4)     # scores in % to 1e-4: what a page shows
         return write_csv_atomically(Path(path or self.csv), tuple(frame.columns), frame.to_dict("records"))
 
     def read(self, path: Path | None = None) -> pd.DataFrame:
@@ -123,11 +126,14 @@ class RecordedGrid:
         if not path.is_file():
             raise BarterError(f"{path} is missing: train the {self.name} grid with `{self.command()}`, then record "
                               f"it with barter_mini.book.recorded_grid.GRIDS[{self.name!r}].record(commit)")
-        return pd.read_csv(path)
+        frame = pd.read_csv(path)
+        for column in ALLOCATION_COLUMNS.intersection(frame.columns):     # per-layer counts, written as "(2, 3)"
+            frame[column] = frame[column].map(ast.literal_eval)
+        return frame
 
 
 def _from_scratch(setup: Profile, p: dict) -> pd.DataFrame:
-    return run_grid(setup, p["methods"], p["densities"], p["seeds"], progress=False).drop(columns=["heads", "ffn"])
+    return run_grid(setup, p["methods"], p["densities"], p["seeds"], progress=False)
 
 
 def _ablations(setup: Profile, p: dict) -> pd.DataFrame:
