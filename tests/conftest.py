@@ -20,6 +20,7 @@ def paper_cct() -> ModelConfig:
 #: PYTEST_ARGS=--junitxml=...`), beside the modules marked ``slow`` in their own file: the
 #: fast lane (`make test-fast`, ``pytest -m "not slow"``) leaves them out; `make test` runs all
 SLOW_TESTS = (
+    "test_bench.py::test_the_gpu_check_fits_its_budget_by_count",
     "test_sweep.py::test_sweep_survives_a_killed_run_and_a_failed_one",
     "test_train.py::test_issue_command_on_fashion_mnist",
     "test_train.py::test_train_writes_metrics_and_checkpoints",

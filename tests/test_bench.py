@@ -212,21 +212,21 @@ def test_the_gpu_check_plans_every_case_and_refuses_a_machine_without_a_gpu(monk
 
 
 def test_the_bench_reports_what_recording_graphs_costs_over_a_schedule():
-    """Under graphs (the host stand-in of test_graphs, whose recordings reserve 1 MiB each)
+    """Under graphs (the host stand-in of test_graphs, whose graph pool holds 1 MiB once recorded)
     every sampled update is followed by a recording; the schedule's cost is one recording at
-    the start and one after each update, and the graph's memory is the largest reservation.
+    the start and one after each update, and the graph's memory is its pool's size.
     Without graphs every column is zero."""
     from test_graphs import HostBackend
 
     class Reserving(HostBackend):
-        reserved = 0
+        pool = 0
 
         def capture(self, graph, body):
             super().capture(graph, body)
-            self.reserved += 2**20
+            self.pool = 2**20                     # one pool, shared by every recording
 
-        def memory_reserved(self):
-            return self.reserved
+        def pool_bytes(self):
+            return self.pool
 
     setup = build_training_step("cct-mini", "barter", 0.5, 4, 400, torch.device("cpu"))
     setup.parts = replace(setup.parts, graphed=GraphedStep(setup.model, setup.optimizer, setup.parts.criterion,
@@ -256,6 +256,18 @@ def test_the_cost_tables_have_a_row_per_model_and_method(rows):
     barter = next(r for r in rows if r["method"] == "barter")
     assert steps.loc[("again", "barter"), 0.3] == round(barter["step_ms"], 1)
     assert tables["peak memory (MB)"].loc[("cct-mini", "barter"), 0.3] == round(barter["peak_mem_mb"], 1)
+
+
+def test_the_gpu_check_fits_its_budget_by_count():
+    """Its steps at its models' training FLOPs, its cases and updates at the assumed rates of
+    an H100-class GPU: within BUDGET_S (five minutes); the plan prints the estimate."""
+    from barter_mini.measure import gpu_check
+    estimate = gpu_check.estimated_seconds()
+    assert 60 < estimate < gpu_check.BUDGET_S == 300
+    one_case = (gpu_check.GpuCase("cct-mini", 8, ("barter",), (0.5,)),)
+    fixed = len(gpu_check.GPU_EXECUTIONS) * (gpu_check.ASSUMED_CASE_S + 2 * gpu_check.ASSUMED_UPDATE_S)
+    assert fixed < gpu_check.estimated_seconds(one_case) < fixed + 0.01
+    assert f"estimated {gpu_check.estimated_seconds(one_case) / 60:.1f} min" in gpu_check.check_plan(one_case)
 
 
 def test_the_gpu_check_writes_each_group_as_it_finishes_and_survives_a_failing_one(monkeypatch, tmp_path, capsys):
@@ -294,6 +306,7 @@ def test_the_gpu_check_writes_each_group_as_it_finishes_and_survives_a_failing_o
     assert len(failed) == 6 and all(r["error"] == "OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"
                                     for r in failed)
     assert seen_on_disk == [0, 9, 9, 13, 13]      # each group's rows were on disk before the next began
+    assert all(row["group_s"] >= 0 for row in rows)
 
 
 def test_the_gpu_check_runs_from_the_source_tree_with_the_machines_own_python(tmp_path):

@@ -96,7 +96,7 @@ class HostBackend:
     def synchronize(self):
         pass
 
-    def memory_reserved(self):
+    def pool_bytes(self):
         return 0
 
 

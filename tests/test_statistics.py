@@ -298,3 +298,26 @@ def test_statistics_still_gather_while_their_owner_holds_them(tiny_config):
     inputs, targets = batch(tiny_config)
     torch.nn.functional.cross_entropy(model(inputs), targets).backward()
     assert all(int(s.age.max()) == 1 for layers in statistics.layers.values() for s in layers)
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_the_per_unit_sums_run_under_deterministic_algorithms_by_default_and_only_there(tiny_config, monkeypatch,
+                                                                                        deterministic):
+    """On a GPU ``index_add_`` adds with atomics unless PyTorch's deterministic algorithms are
+    on; the statistics turn them on for their sums alone (by default), the same sums on the CPU."""
+    seen = []
+    original = torch.Tensor.index_add_
+    monkeypatch.setattr(torch.Tensor, "index_add_", lambda self, *args: seen.append(
+        torch.are_deterministic_algorithms_enabled()) or original(self, *args))
+    model = tiny_model(tiny_config)
+    stats = UnitStatistics(model, deterministic=deterministic)
+    x, y = batch(tiny_config)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    assert seen == [deterministic] * 2 and not torch.are_deterministic_algorithms_enabled()
+    twin = tiny_model(tiny_config)
+    twin.load_state_dict(model.state_dict())
+    twin_stats = UnitStatistics(twin, deterministic=not deterministic)
+    torch.nn.functional.cross_entropy(twin(x), y).backward()
+    for kind in stats.layers:
+        for ours, theirs in zip(stats.layers[kind], twin_stats.layers[kind]):
+            assert torch.equal(ours.pruning_ema, theirs.pruning_ema) and torch.equal(ours.growth_ema, theirs.growth_ema)

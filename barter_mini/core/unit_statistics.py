@@ -43,10 +43,19 @@ receiver.
 
 Every EMA is bias-corrected by its own age (``ema / (1 - beta^age)``), so a unit born a few
 steps ago is comparable with an old one; units of age 0 have no statistics yet.
+
+The per-unit sums are one ``index_add_`` per step. On a GPU its default kernel adds with
+atomics, in whatever order the threads arrive, so the scores, and through them the units
+BARTER prunes and clones, can differ in the last bits from run to run of one seed; a tie
+broken differently sends the runs apart. By default (``deterministic=True``) the sums run
+under PyTorch's deterministic algorithms, which sort the indices first and add in a fixed
+order: a seed then fixes the run's choices, at the cost of a sort of a few thousand indices
+per step. ``deterministic=False`` keeps the atomic kernel. On the CPU both are the same sum.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 import time
 import weakref
@@ -198,6 +207,21 @@ def _weak_hook(statistics: "UnitStatistics"):
     return on_accumulated
 
 
+@contextmanager
+def deterministic_algorithms(enabled: bool = True):
+    """PyTorch's deterministic algorithms inside the block only (``enabled`` False, or already
+    on: nothing changes), the caller's setting restored after it."""
+    if not enabled or torch.are_deterministic_algorithms_enabled():
+        yield
+        return
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(False, warn_only=warn_only)
+
+
 @dataclass
 class UnitStatistics:
     """Statistics of every layer and unit kind of a compact model, gathered once per backward.
@@ -224,6 +248,8 @@ class UnitStatistics:
     pruning_score: str = DEFAULT_PRUNING_SCORE
     enabled: bool = True
     in_backward: bool = True
+    #: the per-unit sums in a fixed order on every device (the module docstring)
+    deterministic: bool = True
     layers: dict[str, list[LayerStatistics]] = field(default_factory=dict)
     #: wall time spent gathering statistics (host time: on a GPU it excludes queued kernels)
     observe_seconds: float = 0.0
@@ -312,7 +338,8 @@ class UnitStatistics:
                 per_entry = (outputs * torch.cat([t.grad for t in packed.outputs], dim=1)).sum(dim=0)
             growth = torch.cat([t.grad for t in packed.inputs], dim=0).square().sum(dim=1)
             scores = torch.zeros(2 * num_units, dtype=packed.ema.dtype, device=packed.ema.device)
-            scores.index_add_(0, packed.output_units, per_entry).index_add_(0, packed.input_units, growth)
+            with deterministic_algorithms(self.deterministic):
+                scores.index_add_(0, packed.output_units, per_entry).index_add_(0, packed.input_units, growth)
             scores = scores.view(2, num_units)
             if self.pruning_score == "taylor-squared":
                 scores[0].square_()

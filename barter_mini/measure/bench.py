@@ -365,11 +365,13 @@ def bench(model: str = "cct-paper", methods=DEFAULT_METHODS, densities=DEFAULT_D
             setup()
     times = interleaved_times(setups, steps, warmup, device)
     bar.update()
-    for case, setup in setups.items():
+    for case in cases:            # each setup is let go once measured: the bench holds only what it still measures
+        setup = setups.pop(case)
         rows[case].update(timing_columns(setup, times[case], device, segment_steps=segment_steps,
                                          update_samples=update_samples, total_steps=total_steps,
                                          steps_per_epoch=steps_per_epoch, first_step_s=first_step_s.get(case),
                                          profile_steps=profile_steps))
+        del setup
         bar.update()
     bar.close()
     return [rows[case] for case in cases]

@@ -61,31 +61,47 @@ def check_graphs_possible(device: torch.device, method: str, distributed: bool =
 
 @dataclass
 class CudaBackend:
-    """What records and replays a graph: CUDA's own. A test may put a host-only stand-in here."""
+    """What records and replays a graph: CUDA's own. A test may put a host-only stand-in here.
+
+    Every recording of a run shares one private memory pool (a new recording after an update
+    takes the place of the old one's memory rather than adding to it), and every warm-up step
+    runs on one side stream."""
+
+    pool: Any = None
+    stream: Any = None
 
     def graph(self):
         return torch.cuda.CUDAGraph()
 
     def capture(self, graph, body: Callable[[], Any]) -> Any:
-        with torch.cuda.graph(graph):
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        with torch.cuda.graph(graph, pool=self.pool):
             return body()
 
     def replay(self, graph) -> None:
         graph.replay()
 
     def side_stream(self, body: Callable[[], Any]) -> Any:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
+        if self.stream is None:
+            self.stream = torch.cuda.Stream()
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
             result = body()
-        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.current_stream().wait_stream(self.stream)
         return result
 
     def synchronize(self) -> None:
         torch.cuda.synchronize()
 
-    def memory_reserved(self) -> int:
-        return torch.cuda.memory_reserved()
+    def pool_bytes(self) -> int:
+        """What the graphs' pool holds: the allocator's segments of that pool (the recorded
+        step's activations, gradients and temporaries at fixed addresses). Reading the pool
+        itself, not the allocator's reservation before and after a recording, which the
+        recording's own emptying of the cache would hide."""
+        pool = tuple(self.pool or ())
+        return sum(segment["total_size"] for segment in torch.cuda.memory_snapshot()
+                   if tuple(segment.get("segment_pool_id", ())) == pool)
 
 
 @dataclass
@@ -102,9 +118,8 @@ class GraphedStep:
     #: how often a graph was recorded, and the wall seconds the recordings took
     captures: int = 0
     capture_seconds: float = 0.0
-    #: the most memory one recording reserved: the graph's private pool, which holds the
-    #: step's activations, gradients and temporaries at fixed addresses beside the eager
-    #: allocator's cache
+    #: the most memory the graphs' private pool held after a recording: the step's
+    #: activations, gradients and temporaries at fixed addresses beside the eager allocator's cache
     memory_bytes: int = 0
     #: steps replayed from a graph and steps run eagerly
     replays: int = 0
@@ -178,10 +193,9 @@ class GraphedStep:
                                     execution=self.execution, recording=True)
             self._static["logits"], self._static["loss"] = outcome.logits, outcome.loss
 
-        reserved = self.backend.memory_reserved()
         self.backend.capture(graph, body)
         self.backend.synchronize()
-        self.memory_bytes = max(self.memory_bytes, self.backend.memory_reserved() - reserved)
+        self.memory_bytes = max(self.memory_bytes, self.backend.pool_bytes())
         self._graph = graph
         self._version = self._tensors_version()
         self.captures += 1

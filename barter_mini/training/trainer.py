@@ -55,7 +55,8 @@ from .checkpoints import CHECKPOINT_FORMAT, RUN_KEYS, check_can_create, load_che
 from . import parallel, run_folder
 from .data import make_loaders
 from .evaluation import evaluate
-from .divergence import check_loss_against_chance, divergence_record, diverged_again
+from .loss_records import LOG_EVERY, check_recent_losses, read_losses
+from .divergence import divergence_record, diverged_again
 from .methods import get_method
 from .random_state import capture_generators, restore_generators
 from .run_config import RunConfig
@@ -64,8 +65,6 @@ from .run_inputs import build_run_model, load_splits, run_length
 from .optimization import resolve_device, resolve_recipe, seed_everything
 from .recipes import Recipe
 
-#: optimizer steps per point of the training curve (running train loss and accuracy)
-LOG_EVERY = 10
 #: steps before and after every topology or mask update whose training losses metrics.json
 #: keeps (``update_losses``): where a cold start would show as a loss spike
 UPDATE_WINDOW = 10
@@ -141,6 +140,12 @@ class Training:
     #: why the run stopped for divergence (:func:`divergence_record`), else None: last.pt keeps
     #: it, so a resume of a diverged run stops with the same line instead of training on
     diverged: dict | None = None
+    #: optimizer steps between host reads of the training loss and accuracy (:func:`read_losses`):
+    #: 1 reads and checks each loss before its backward pass; a graphed run keeps them on the
+    #: device and reads :data:`LOG_EVERY` at once, one transfer instead of a wait per step
+    read_every: int = 1
+    #: ``(loss, accuracy, stepped, step)`` of the batches not yet recorded (tensors where unread)
+    unread: list = field(default_factory=list)
 
     @property
     def model(self) -> nn.Module:
@@ -230,6 +235,7 @@ def build_training(run: RunConfig, checkpoint: dict | None = None, wrap_controll
         torch.manual_seed(int(np.random.SeedSequence([run.seed, distributed.rank()]).generate_state(1)[0]))
     t.graphs_at_start = graphs_compiled()
     t.forward = parallel.wrap(t.model, device)
+    t.read_every = LOG_EVERY if parts.graphed is not None else 1
     return t
 
 
@@ -249,17 +255,19 @@ def resume_training(t: Training, checkpoint: dict) -> None:
     restore_generators(parallel.own_state(state["rng"], "random generators"))
 
 
-def train_step(t: Training, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, bool]:
-    """One optimizer step of the run on ``(x, y)`` (:func:`~barter_mini.training.step.training_step`)
+def train_step(t: Training, x: torch.Tensor, y: torch.Tensor) -> tuple:
+    """One optimizer step of the run on ``(x, y)`` (:meth:`~barter_mini.training.parts.RunParts.step`)
     and its bookkeeping: the LR schedule, the compute spent, the update's time and, after a
     topology update, the tensors' new cost and a new DDP wrapper. Returns the batch's loss and
     accuracy averaged over processes, and whether an optimizer step was taken (under fp16 a
     step whose gradients overflowed is not: it counts in ``skipped_steps``, not in ``step``).
-    Loss and accuracy are read before backward: a non-finite loss stops the run
-    (:class:`~barter_mini.errors.TrainingDiverged`) before its gradients reach the weights, the
-    optimizer or the method's statistics, and the controller's ``before_step`` stops it before
-    it decides on non-finite values."""
-    measured: list[float] = []
+
+    With ``t.read_every == 1`` loss and accuracy are read before backward, as floats: a
+    non-finite loss stops the run (:class:`~barter_mini.errors.TrainingDiverged`) before its
+    gradients reach the weights, the optimizer or the method's statistics. Otherwise (a graphed
+    run) they are returned as tensors on the device, and :func:`read_losses` reads and checks
+    them with the others of its interval."""
+    measured: list = []
     progress = t.progress
 
     def check_loss(loss: torch.Tensor, logits: torch.Tensor) -> None:
@@ -267,7 +275,10 @@ def train_step(t: Training, x: torch.Tensor, y: torch.Tensor) -> tuple[float, fl
         if not math.isfinite(measured[0]):
             raise TrainingDiverged(progress.step + 1, f"the training loss is {measured[0]}")
 
-    outcome = t.parts.step(x, y, progress.step + 1, check_loss=check_loss, forward=t.forward)
+    deferred = t.read_every > 1
+    outcome = t.parts.step(x, y, progress.step + 1, check_loss=None if deferred else check_loss, forward=t.forward)
+    if deferred:         # copies: a graph's next replay overwrites its output buffers
+        measured = [outcome.loss.detach().float().clone(), (outcome.logits.argmax(dim=1) == y).float().mean()]
     progress.train_gflops += t.gflops_per_image * x.shape[0] * distributed.world_size()
     if outcome.skipped:
         progress.skipped_steps += 1
@@ -294,30 +305,22 @@ def fit_one_epoch(t: Training, after_each_step=None) -> dict:
         p.epoch_loader_state, p.epoch_losses = loader.generator.get_state(), []
     else:                             # resumed inside the epoch (resume_training set its shuffle)
         loader.batch_sampler.skip = p.batches_done       # its first batches passed over
-    losses = p.epoch_losses
     bar = tqdm(loader, desc=f"{t.run.method} epoch {epoch}/{t.recipe.epochs}", initial=p.batches_done,
                disable=(None if t.run.progress is None else not t.run.progress), leave=False)
     for x, y in ([] if p.step >= t.total_steps else bar):
         x, y = x.to(t.device, non_blocking=True), y.to(t.device, non_blocking=True)
-        loss_value, accuracy, stepped = train_step(t, x, y)
-        losses.append(loss_value)
-        if stepped:                           # step_losses and the curve are indexed by optimizer step
-            p.step_losses.append(loss_value)
-            p.window.append((loss_value, accuracy))
-        if stepped and p.step % LOG_EVERY == 0:
-            p.curve.append({"step": p.step, "train_loss": float(np.mean([l for l, _ in p.window])),
-                            "train_acc": float(np.mean([a for _, a in p.window]))})
-            p.window.clear()
-            check_loss_against_chance(p.curve[-1]["train_loss"], p.step, t.config.num_classes, LOG_EVERY)
-        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        t.unread.append((*train_step(t, x, y), p.step))
+        if len(t.unread) >= t.read_every:
+            bar.set_postfix(loss=f"{read_losses(t):.3f}")
         p.batches_done += 1
         if after_each_step is not None:
             after_each_step(t)
         if p.step >= t.total_steps:          # a compute budget can end inside an epoch
             break
     bar.close()
+    read_losses(t)
     val = evaluate(t.model, t.loaders[1], t.device, t.parts.execution)
-    entry = {"epoch": epoch, "step": p.step, "train_loss": float(np.mean(losses)),
+    entry = {"epoch": epoch, "step": p.step, "train_loss": float(np.mean(p.epoch_losses)),
              "val_acc": val["acc"], "val_macro_f1": val["macro_f1"],
              "lr": t.optimizer.param_groups[0]["lr"], "elapsed_s": time.perf_counter() - t.started}
     p.history.append(entry)
@@ -325,18 +328,6 @@ def fit_one_epoch(t: Training, after_each_step=None) -> dict:
     p.epoch, p.batches_done, p.epoch_losses = epoch + 1, 0, []
     p.epoch_loader_state = loader.generator.get_state()        # where the next epoch's shuffle starts
     return entry
-
-
-def check_recent_losses(t: Training) -> None:
-    """:func:`~barter_mini.training.divergence.check_loss_against_chance` on the mean loss of the last ``LOG_EVERY`` optimizer
-    steps (fewer in a run that has taken fewer): called before anything is written from the
-    run's state, so a step whose loss the periodic check has not yet seen (a run shorter than
-    ``LOG_EVERY`` steps, the end of an epoch between two curve points) never reaches a
-    checkpoint or metrics.json unchecked. The losses were read on the host already (the
-    step's finiteness check), so this costs no device synchronisation."""
-    recent = t.progress.step_losses[-LOG_EVERY:]
-    if recent:
-        check_loss_against_chance(float(np.mean(recent)), t.progress.step, t.config.num_classes, len(recent))
 
 
 def save_epoch(t: Training, out: Path) -> None:
