@@ -29,6 +29,18 @@ def test_from_scratch_findings_state_rank_and_gaps_per_density():
     assert "Means over 3 seeds" in from_scratch_findings(_summary(seeds=3), paper)
 
 
+def test_from_scratch_gaps_are_paired_by_seed_against_the_noise():
+    from barter_mini.book.experiments import summarize
+    runs = pd.DataFrame([{"method": m, "density": 0.3, "seed": s, "acc": acc, "f1": acc, "wall_time_s": 1.0}
+                         for m, accs in (("barter", (60, 62, 61)), ("static", (59, 61, 60)), ("rigl", (61, 60, 64)))
+                         for s, acc in enumerate(accs)])
+    text = from_scratch_findings(summarize(runs), pd.DataFrame(columns=["method", "density", "acc_mean"]), runs)
+    assert "+1.00 points over Static (paired by seed sd 0.00: beyond the seed noise)" in text
+    assert "-0.67 points over the best masked method (rigl, 61.67 %) (paired by seed sd 2.52: within the seed noise)" in text
+    assert "paired" not in from_scratch_findings(summarize(runs[runs["seed"] == 0]), pd.DataFrame(
+        columns=["method", "density", "acc_mean"]), runs[runs["seed"] == 0])
+
+
 def test_from_scratch_findings_without_barter_say_so():
     summary = _summary(seeds=1)
     assert "BARTER was not among" in from_scratch_findings(summary[summary["method"] != "barter"], summary)

@@ -40,13 +40,30 @@ def _seed_caveat(seeds: int) -> str:
             "says nothing about which is better.")
 
 
-def from_scratch_findings(summary: pd.DataFrame, paper: pd.DataFrame) -> str:
+def _paired_noise(runs: pd.DataFrame | None, density: float, method: str, reference: str = "barter") -> str:
+    """``reference`` minus ``method`` at ``density``, paired by seed, against the seed noise:
+    '' without two shared seeds."""
+    if runs is None:
+        return ""
+    at = runs[runs["density"] == density].pivot_table(index="seed", columns="method", values="acc")
+    if method not in at or reference not in at:
+        return ""
+    gaps = (at[reference] - at[method]).dropna()
+    if len(gaps) < 2:
+        return ""
+    where = "beyond" if beyond_noise(gaps.mean(), gaps.std(), len(gaps)) else "within"
+    return f" (paired by seed sd {gaps.std():.2f}: {where} the seed noise)"
+
+
+def from_scratch_findings(summary: pd.DataFrame, paper: pd.DataFrame, runs: pd.DataFrame | None = None) -> str:
     """Chapter 02's conclusion: at each density, BARTER's rank among the sparse methods trained
     (beside its rank among the same methods in Tables 1 and 13), its gap to Static (what moving
     capacity bought) and to the best masked method (what the compact tensors cost in accuracy).
 
     ``summary`` is :func:`~barter_mini.book.experiments.summarize`'s table (test Top-1 in %),
-    ``paper`` the paper's rows of the same layout."""
+    ``paper`` the paper's rows of the same layout; with ``runs`` (the runs it summarizes) the
+    gaps are also paired by seed and said to be beyond or within the seed noise
+    (:func:`beyond_noise`)."""
     ours = ranking(summary)
     shared = paper[paper["method"].isin(summary["method"]) & paper["density"].isin(summary["density"])]
     theirs = ranking(shared) if not shared.empty else pd.DataFrame()
@@ -59,11 +76,11 @@ def from_scratch_findings(summary: pd.DataFrame, paper: pd.DataFrame) -> str:
         if density in theirs.columns and "barter" in theirs.index and pd.notna(theirs.loc["barter", density]):
             parts[0] += f" (the paper: {int(theirs.loc['barter', density])} among the same methods)"
         if "static" in at.index:
-            parts.append(f"{_points(at['barter'] - at['static'])} over Static")
+            parts.append(f"{_points(at['barter'] - at['static'])} over Static{_paired_noise(runs, density, 'static')}")
         masked = at[[m for m in at.index if _masked(m)]]
         if not masked.empty:
             parts.append(f"{_points(at['barter'] - masked.max())} over the best masked method "
-                         f"({masked.idxmax()}, {masked.max():.2f} %)")
+                         f"({masked.idxmax()}, {masked.max():.2f} %){_paired_noise(runs, density, masked.idxmax())}")
         lines.append(f"- **rho = {density:g}**: BARTER {at['barter']:.2f} % test Top-1, " + "; ".join(parts) + ".")
     if not lines:
         return "BARTER was not among the methods trained, so there is nothing to compare it with."
