@@ -259,9 +259,9 @@ class MaskedDST(MethodController):
         if update_next:                 # the gradients (or estimates made of them) decide after this step
             check_finite([t.param.grad for t in self.tensors], self.step + 1, f"{self.name}'s gradients")
         self._observe_gradients(update_next)
-        for param, mask in self._enforced():
-            if param.grad is not None:
-                param.grad.mul_(mask)
+        masked = [(param.grad, mask) for param, mask in self._enforced() if param.grad is not None]
+        if masked:                      # one multi-tensor kernel rather than a launch per tensor
+            torch._foreach_mul_(*map(list, zip(*masked)))
         if self.warmup is not None:
             self.warmup.before_step()
 
@@ -279,8 +279,9 @@ class MaskedDST(MethodController):
         self.step = int(step)
         if self.warmup is not None:
             self.warmup.after_step()
-        for param, mask in self._enforced():
-            param.mul_(mask)
+        enforced = self._enforced()
+        if enforced:
+            torch._foreach_mul_(*map(list, zip(*enforced)))
         record = None
         if self.schedule.is_update(self.step):
             record = self._update(self.step)
