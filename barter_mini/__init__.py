@@ -39,7 +39,8 @@ import warnings
 warnings.filterwarnings("ignore", message="IProgress not found")
 
 from .version import __version__  # noqa: E402
-from .core.barter import BarterController, BarterSettings, TransferSchedule, topology_update
+from .core.barter import BarterSettings, TransferSchedule, topology_update
+from .core.barter_controller import BarterController
 from .core.budgets import Allocation, Budget, compute_budget, initial_allocation
 from .core.configs import MODEL_CONFIGS, ModelConfig
 from .core.counting import count_parameters, training_gflops_per_image

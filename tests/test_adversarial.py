@@ -20,7 +20,8 @@ import torch
 
 import barter_mini.training.cache as cache
 from barter_mini.cli import main
-from barter_mini.core.barter import BarterController, BarterSettings
+from barter_mini.core.barter import BarterSettings
+from barter_mini.core.barter_controller import BarterController
 from barter_mini.errors import DIVERGED_STATUS, BarterError, TrainingDiverged
 from barter_mini.masked.base import MaskedSettings
 from barter_mini.masked.rigl import RigL

@@ -28,7 +28,8 @@ from safetensors.torch import load as safetensors_load, save_file
 import barter_mini.training.checkpoints as checkpoints
 from barter_mini.cli import main
 from barter_mini.core.configs import ModelConfig
-from barter_mini.training.checkpoint_contents import CONFIG_COUNTS, CONFIG_NAMES, RESUME_STATE_CHECKS
+from barter_mini.training.checkpoint_contents import CONFIG_COUNTS, CONFIG_NAMES
+from barter_mini.training.resume_contents import RESUME_STATE_CHECKS
 from barter_mini.training.checkpoints import MAX_INFLATE_RATIO, load_checkpoint, save_checkpoint
 
 #: a second of training on digits

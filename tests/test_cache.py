@@ -56,13 +56,12 @@ def test_digest_follows_the_training_layers_only(tmp_path, monkeypatch):
     """Editing core, masked or training changes every run's key; editing measure, book or the
     command line does not."""
     package = tmp_path / "barter_mini"
-    for layer in ("core", "masked", "training", "measure", "book"):
+    for layer in ("core", "masked", "training", "measure", "book", "cli"):
         (package / layer).mkdir(parents=True)
         (package / layer / "module.py").write_text("x = 1\n")
-    (package / "cli.py").write_text("x = 1\n")
     monkeypatch.setattr(cache, "PACKAGE", package)
     base = cache.source_digest()
-    for name in ("measure/module.py", "book/module.py", "cli.py"):
+    for name in ("measure/module.py", "book/module.py", "cli/module.py"):
         (package / name).write_text("x = 2\n")
         assert cache.source_digest() == base, name
     for name in ("core/module.py", "masked/module.py", "training/module.py"):

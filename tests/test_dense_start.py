@@ -13,7 +13,8 @@ from hypothesis import given, settings, strategies as st
 
 from barter_mini.book.finetuning import finetune_run, pretraining_run, transfer_task
 from barter_mini.book.profiles import resolve_profile
-from barter_mini.core.barter import BarterController, BarterSettings
+from barter_mini.core.barter import BarterSettings
+from barter_mini.core.barter_controller import BarterController
 from barter_mini.core.budgets import Budget, compute_budget, initial_allocation
 from barter_mini.core.counting import count_parameters, training_gflops_per_image
 from barter_mini.core.dense_start import (calibration_importance, cut_to_density, most_important,

@@ -5,7 +5,8 @@ import copy
 import pytest
 import torch
 
-from barter_mini.core.barter import BarterController, BarterSettings
+from barter_mini.core.barter import BarterSettings
+from barter_mini.core.barter_controller import BarterController
 from barter_mini.core.budgets import compute_budget
 from barter_mini.core.models import build_model
 from barter_mini.core.surgery import allocation_of

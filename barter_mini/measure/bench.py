@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from tqdm import tqdm
 
-from ..core.barter import BarterController
+from ..core.barter_controller import BarterController
 from ..core.budgets import check_density, compute_budget
 from ..core.compilation import cold_compile, graphs_compiled
 from ..core.counting import count_parameters, counted_training_gflops_per_image, training_gflops_per_image

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..core.barter import BarterController, Transfer, clone, plan_transfer, prune_donors
+from ..core.barter import Transfer, clone, plan_transfer, prune_donors
+from ..core.barter_controller import BarterController
 from ..core.method import MethodController
 from ..core.surgery import allocation_of, unit_count, unit_parameters
 from ..core.unit_statistics import UnitStatistics

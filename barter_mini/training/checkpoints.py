@@ -20,7 +20,7 @@ zip that would inflate far beyond its own size (:func:`check_inflation`), refuse
 anything is inflated; a safetensors header whose length field exceeds the file
 (:func:`check_safetensors_header`); weights of other names, shapes or dtypes than the model's
 (:func:`~barter_mini.training.checkpoint_contents.check_weights`, the first tensor that differs); settings or a resume state of other
-types or ranges than a run writes (:func:`~barter_mini.training.checkpoint_contents.check_model_entries`, :func:`~barter_mini.training.checkpoint_contents.check_resume_state`).
+types or ranges than a run writes (:func:`~barter_mini.training.checkpoint_contents.check_model_entries`, :func:`~barter_mini.training.resume_contents.check_resume_state`).
 A model is built for real only once the file's tensors, whose bytes it holds, are known to
 fill it exactly (:func:`~barter_mini.training.checkpoint_contents.model_shapes` builds it on the meta device first), so no setting in a
 file makes a load allocate more than the file holds.

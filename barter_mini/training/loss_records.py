@@ -13,24 +13,20 @@ checks the last steps.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
-
 import numpy as np
 import torch
 
 from ..errors import TrainingDiverged
 from .divergence import check_loss_against_chance
 
-if TYPE_CHECKING:
-    from .trainer import Training
-
 #: optimizer steps per point of the training curve (running train loss and accuracy), and
 #: between a graphed run's reads of its losses
 LOG_EVERY = 10
 
 
-def read_losses(t: Training) -> float | None:
-    """Record the losses and accuracies of the batches in ``t.unread``, those still on the
+def read_losses(t) -> float | None:
+    """Record the losses and accuracies of the batches in ``t.unread`` (``t`` a
+    :class:`~barter_mini.training.trainer.Training`), those still on the
     device read in one transfer: the epoch's losses, the losses by optimizer step and, every
     :data:`LOG_EVERY` steps, a point of the training curve, checked against chance
     (:func:`~barter_mini.training.divergence.check_loss_against_chance`). A non-finite loss read
@@ -57,7 +53,7 @@ def read_losses(t: Training) -> float | None:
     return loss
 
 
-def check_recent_losses(t: Training) -> None:
+def check_recent_losses(t) -> None:
     """:func:`~barter_mini.training.divergence.check_loss_against_chance` on the mean loss of
     the last ``LOG_EVERY`` optimizer steps (fewer in a run that has taken fewer), after reading
     any still on the device (:func:`read_losses`): called before anything is written from the

@@ -8,7 +8,7 @@ name               full width   controller
 =================  ===========  ===============================================
 dense              yes          :class:`~barter_mini.core.method.Dense` (rho = 1)
 static             no           :class:`~barter_mini.core.method.Static`
-barter             no           :class:`~barter_mini.core.barter.BarterController`
+barter             no           :class:`~barter_mini.core.barter_controller.BarterController`
 random-receiver    no           BARTER, receiver drawn at random (Table 12)
 random-donor       no           BARTER, donors drawn at random (Table 12)
 random-pair        no           BARTER, both drawn at random (Table 12)
@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..core.barter import BarterController
+from ..core.barter_controller import BarterController
 from ..core.method import Dense, MethodController, OneShot, Static
 from ..errors import BarterError, check_list, choose
 from ..masked import RigL, S2ViTE, SET, SNFS, SRigL, MaskedDST

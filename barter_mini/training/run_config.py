@@ -2,7 +2,7 @@
 
 Each field of :class:`RunConfig` carries what the command line needs to offer it as a flag
 (:func:`setting`: its help text, its kind of value, a flag name where it is not the field's),
-so ``barter-mini train`` builds its flags from the fields (``cli_arguments.add_run_settings``) and its
+so ``barter-mini train`` builds its flags from the fields (``cli.arguments.add_run_settings``) and its
 run from the parsed flags; :meth:`RunConfig.validate` checks every value before any work.
 Adding a setting is one field here (and its use where it acts).
 """

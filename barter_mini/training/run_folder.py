@@ -22,7 +22,7 @@ from pathlib import Path
 from ..core import distributed
 from ..errors import BarterError
 from . import parallel
-from .checkpoint_contents import check_resume_state
+from .resume_contents import check_resume_state
 from .checkpoints import (RESUME_KEYS, RUN_KEYS, ensure_folder, load_checkpoint, read_json, remove_temporary_files,
                           save_checkpoint)
 from .locking import exclusive_lock

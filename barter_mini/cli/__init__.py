@@ -10,20 +10,20 @@ import os
 import sys
 from pathlib import Path
 
-from .core.barter import BarterSettings, TransferSchedule
-from .core.budgets import PAPER_TABLE3, compute_budget, full_allocation, initial_allocation
-from .core.counting import count_parameters, training_gflops_per_image
-from .core.models import build_model, get_model_config
-from .training.checkpoints import write_json
-from .training.data import fetch_dataset, load_dataset
-from .training.export import export_run
-from .training.methods import METHODS
-from .training.run_config import RunConfig
-from .training.run_inputs import read_train_pflops
-from .training.trainer import train
-from . import cli_arguments as arguments
-from .cli_arguments import GRID_SETTINGS, add_run_settings, run_from_args
-from .errors import DIVERGED_STATUS, BarterError, TrainingDiverged, TrainingInterrupted
+from ..core.barter import BarterSettings, TransferSchedule
+from ..core.budgets import PAPER_TABLE3, compute_budget, full_allocation, initial_allocation
+from ..core.counting import count_parameters, training_gflops_per_image
+from ..core.models import build_model, get_model_config
+from ..training.checkpoints import write_json
+from ..training.data import fetch_dataset, load_dataset
+from ..training.export import export_run
+from ..training.methods import METHODS
+from ..training.run_config import RunConfig
+from ..training.run_inputs import read_train_pflops
+from ..training.trainer import train
+from . import arguments
+from .arguments import GRID_SETTINGS, add_run_settings, run_from_args
+from ..errors import DIVERGED_STATUS, BarterError, TrainingDiverged, TrainingInterrupted
 
 
 def _describe(args) -> dict:
@@ -111,8 +111,8 @@ def cmd_data(args) -> int:
 def cmd_book(args) -> int:
     from unittest import mock
 
-    from .book.build import format_times, run_book_build
-    from .training.cache import TRAIN_ENV
+    from ..book.build import format_times, run_book_build
+    from ..training.cache import TRAIN_ENV
 
     # the notebooks' kernels inherit the environment: with TRAIN_ENV=0 they only read the run cache
     with mock.patch.dict(os.environ, {TRAIN_ENV: "0"} if args.cached_only else {}):
@@ -123,7 +123,7 @@ def cmd_book(args) -> int:
 
 
 def cmd_overhead(args) -> int:
-    from .measure.timing import statistics_overhead
+    from ..measure.timing import statistics_overhead
 
     result = statistics_overhead(args.model, args.density, args.batch, args.steps, args.warmup)
     if args.json:
@@ -138,8 +138,8 @@ def cmd_overhead(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .measure.bench import bench
-    from .measure.bench_report import format_report
+    from ..measure.bench import bench
+    from ..measure.bench_report import format_report
 
     grid = {name: value for name, value in (("methods", args.methods), ("densities", args.densities))
             if value is not None}                  # unset: bench's own defaults
@@ -148,7 +148,7 @@ def cmd_bench(args) -> int:
                                              ("graphs", args.cuda_graphs))
                    if wanted and name not in executions]
     if args.profile == "paper-gpu":
-        from .measure.gpu_check import run_gpu_check
+        from ..measure.gpu_check import run_gpu_check
         rows = run_gpu_check(args.device, progress=not args.json, out=Path(args.out) if args.out else None)
     else:
         rows = bench(args.model, batch=args.batch, steps=args.steps, warmup=args.warmup,
@@ -165,8 +165,8 @@ def cmd_bench(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .training.cache import default_cache_dir
-    from .training.sweep import ExecutorSettings, run_sweep, sweep_grid_stage
+    from ..training.cache import default_cache_dir
+    from ..training.sweep import ExecutorSettings, run_sweep, sweep_grid_stage
 
     if args.cache_dir:
         # the jobs (child processes, Slurm jobs) and the book's run listings read it from here
@@ -179,7 +179,7 @@ def cmd_sweep(args) -> int:
         given = [flag for flag, value in grid_flags.items() if value is not None]
         if given:
             raise BarterError(f"--book trains the notebooks' own runs: leave out {', '.join(given)}")
-        from .book.grids import book_stages
+        from ..book.grids import book_stages
 
         stages = book_stages(args.book, args.chapters, parameters=dict(args.parameter or []))
     else:
@@ -378,6 +378,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"diverged: {error}", file=sys.stderr)
         return DIVERGED_STATUS
 
-
-if __name__ == "__main__":
-    sys.exit(main())

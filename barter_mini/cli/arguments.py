@@ -9,10 +9,10 @@ import dataclasses
 import json
 from pathlib import Path
 
-from .errors import MAX_SEED, BarterError, check_integer, check_seed
-from .training.checkpoints import check_can_create
-from .training.data import parse_classes
-from .training.run_config import RunConfig
+from ..errors import MAX_SEED, BarterError, check_integer, check_seed
+from ..training.checkpoints import check_can_create
+from ..training.data import parse_classes
+from ..training.run_config import RunConfig
 
 
 def comma_list(convert, what: str):
