@@ -146,6 +146,26 @@ def test_graphed_steps_equal_eager_steps_across_topology_updates():
     assert graphed.eager_steps >= len(changing) + graphed.captures
 
 
+def test_a_step_that_cannot_replay_runs_with_no_graph_alive(monkeypatch):
+    """An update step runs eagerly; the graph it could not replay is let go first, so its
+    pool's activations are never held beside the eager step's (the update replaces what the
+    graph addressed anyway)."""
+    alive_during_update_steps = []
+    original = GraphedStep._eager
+
+    def eager(self, x, y, step, check_loss, warm_up=False):
+        if not warm_up and not self.controller.graph_safe(step):
+            alive_during_update_steps.append(self._graph is not None)
+        return original(self, x, y, step, check_loss, warm_up)
+
+    monkeypatch.setattr(GraphedStep, "_eager", eager)
+    run = RunConfig(method="barter", dataset="digits", recipe="smoke", epochs=2, density=0.5, seed=3, delta_t=4,
+                    progress=False)
+    _, _, graphed, _, _, changes = train_side_by_side(run)
+    assert changes and graphed.captures > 1
+    assert alive_during_update_steps and not any(alive_during_update_steps)
+
+
 class ProbeController(MethodController):
     """A method with host work before every step and no say on which steps may replay."""
 

@@ -19,7 +19,8 @@ loss check after the step and the controller's ``after_step``.
 A step runs eagerly instead (:func:`~barter_mini.training.step.training_step`) when
 
 * the controller decides after it (:meth:`~barter_mini.core.method.MethodController.graph_safe`
-  is False: its checks read values on the host, its gradients feed an update),
+  is False: its checks read values on the host, its gradients feed an update; the graph is let
+  go first, since the update replaces what it addressed),
 * its batch has another shape than the graph's (an epoch's last, smaller batch),
 * the tensors changed since the capture (the controller's ``tensors_version`` moved, by
   any caller of its ``after_step``): that step runs eagerly on a side stream (which also
@@ -135,9 +136,13 @@ class GraphedStep:
                  check_loss: Callable[[torch.Tensor, torch.Tensor], Any] | None = None) -> StepOutcome:
         if self._largest is None or x.numel() > math.prod(self._largest):
             self._largest = x.shape      # an epoch's smaller last batch is never the one recorded
-        graph_safe = self.controller is None or self.controller.graph_safe(step)
-        if not graph_safe or (self._graph is not None and x.shape != self._static["x"].shape):
+        if not (self.controller is None or self.controller.graph_safe(step)):
+            # the update after this step replaces what the graph addressed anyway: let its pool
+            # go now rather than hold two steps' activations while this one runs eagerly
+            self._graph = None
             return self._eager(x, y, step, check_loss)
+        if self._graph is not None and x.shape != self._static["x"].shape:
+            return self._eager(x, y, step, check_loss)      # an epoch's smaller last batch
         if self._graph is None or self._tensors_version() != self._version:
             outcome = self._eager(x, y, step, check_loss, warm_up=True)
             # record only where the recorded before_step is the next step's: not before an
