@@ -95,6 +95,9 @@ def test_transfer_counts_conclusion_and_figure():
     assert "4x moved 1 head and 40 FFN channels against 1 and 10 at 1x, and changed test Top-1 by +1.00 points" in text
     assert "(the paper, ViT/Tiny-ImageNet: +0.53)" in text
     assert "0.020 ms per training step at 1x and 0.080 ms at 4x (4.0x); the paper's grew 4.1x" in text
+    assert "Paired by seed over 2 seeds, the gain's sd is 0.00: beyond the seed noise" in text
+    noisy = _multiplier_runs().assign(acc=[60.0, 62.0, 61.0, 61.5])          # gains +1.0 and -0.5
+    assert "the gain's sd is 1.06: within the seed noise" in what_this_showed(noisy)
     assert "decides nothing" in what_this_showed(_multiplier_runs(seeds=(0,)))
     assert "nothing to compare" in what_this_showed(_multiplier_runs().query("multiplier == 1"))
     figure = plot_multipliers(_multiplier_runs())

@@ -22,6 +22,7 @@ from ..training.cache import cached_train
 from ..training.run_config import RunConfig
 from .experiments import mean_std, profile_run, read_paper_table
 from .figures import plain_log_labels, stacked_panels
+from .findings import beyond_noise
 from .profiles import Profile
 from .palette import BARTER_COLOR, require_method_legend
 from .tables import count_noun
@@ -148,8 +149,6 @@ def what_this_showed(runs: pd.DataFrame) -> str:
     paper = _paper_multipliers()
     low, high = ours.index[0], ours.index[-1]
     gain = ours.loc[high, ("acc", "mean")] - ours.loc[low, ("acc", "mean")]
-    seeds = int(runs.groupby("multiplier").size().min())
-    noise = ours["acc", "std"].max()
     line = (f"- **Accuracy.** {high:g}x moved {count_noun(ours.loc[high, ('head_transfers', 'mean')], 'head')} and "
             f"{count_noun(ours.loc[high, ('ffn_transfers', 'mean')], 'FFN channel')} against "
             f"{ours.loc[low, ('head_transfers', 'mean')]:.0f} and {ours.loc[low, ('ffn_transfers', 'mean')]:.0f} "
@@ -157,10 +156,14 @@ def what_this_showed(runs: pd.DataFrame) -> str:
     if low in paper.index and high in paper.index:
         line += f" (the paper, ViT/Tiny-ImageNet: {paper.loc[high, 'acc_mean'] - paper.loc[low, 'acc_mean']:+.2f})"
     line += "."
-    if seeds < 2:
+    by_seed = runs.pivot_table(index="seed", columns="multiplier", values="acc")
+    gaps = (by_seed[high] - by_seed[low]).dropna()
+    if len(gaps) < 2:
         line += " One seed per multiplier: another seed moves a run by a few tenths of a point, so this decides nothing."
-    elif abs(gain) < noise:
-        line += f" That is inside the largest std over {seeds} seeds ({noise:.2f}): level."
+    else:
+        where = "beyond" if beyond_noise(gaps.mean(), gaps.std(), len(gaps)) else "within"
+        line += (f" Paired by seed over {len(gaps)} seeds, the gain's sd is {gaps.std():.2f}: {where} the seed "
+                 "noise (twice its standard error).")
     low_cost, high_cost = ours.loc[low, ("update_ms_per_step", "mean")], ours.loc[high, ("update_ms_per_step", "mean")]
     shown = [_milliseconds(low_cost), _milliseconds(high_cost)]
     # a ratio of costs that print as 0.000 ms would be rounding noise ("0.0x", "infx")
