@@ -16,7 +16,9 @@ it beside its own runs, marked as recorded; a rebuild never recomputes it.
 * :data:`ABLATIONS` (chapter 03): Static, the three random variants and BARTER at the
   paper's rho = 0.5, seeds 0-2;
 * :data:`POLICIES` (chapter 07): the five optimizer-state policies at rho = 0.3, seeds 0-2;
-* :data:`MULTIPLIERS` (chapter 08): transfer counts x1, x2, x4, x6 at rho = 0.5, seeds 0-2.
+* :data:`MULTIPLIERS` (chapter 08): transfer counts x1, x2, x4, x6 at rho = 0.5, seeds 0-2;
+* :data:`FINETUNING` (chapter 06, Figure 5): every method fine-tuned at rho = 0.1, 0.3 and 0.7
+  and BARTER compute-matched, seeds 0-2 (its runs come in three stages: pretraining first).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from ..training.cache import CACHE_ENV, TRAIN_ENV
 from ..training.checkpoints import write_csv_atomically
 from .build import REPO, source_notebooks
 from .experiments import ABLATION_METHODS, run_grid
+from .finetuning import run_finetuning
 from .grids import CHAPTERS, chapter_parameters, listed_runs
 from .optimizer_state import run_policies
 from .profiles import Profile, resolve_profile
@@ -149,6 +152,10 @@ def _multipliers(setup: Profile, p: dict) -> pd.DataFrame:
     return run_multipliers(setup, p["multipliers"], p["density"], p["seeds"], progress=False)
 
 
+def _finetuning(setup: Profile, p: dict) -> pd.DataFrame:
+    return run_finetuning(setup, p["methods"], p["densities"], p["seeds"], p["compute_matched"], progress=False)
+
+
 SEEDS = [0, 1, 2]
 #: chapter 02: every method at the paper's lowest, a middle and a high density, three seeds
 FROM_SCRATCH = RecordedGrid("from_scratch", "02", {"densities": [0.1, 0.3, 0.7], "seeds": SEEDS}, _from_scratch)
@@ -158,5 +165,7 @@ ABLATIONS = RecordedGrid("ablations", "03", {"seeds": SEEDS}, _ablations)
 POLICIES = RecordedGrid("policies", "07", {"seeds": SEEDS}, _policies)
 #: chapter 08: every transfer-count multiplier, three seeds
 MULTIPLIERS = RecordedGrid("multipliers", "08", {"seeds": SEEDS}, _multipliers)
+#: chapter 06: Figure 5 (a) and (b), a line per method over three densities, three seeds
+FINETUNING = RecordedGrid("finetuning", "06", {"densities": [0.1, 0.3, 0.7], "seeds": SEEDS}, _finetuning)
 #: every recorded grid, by name
-GRIDS = {grid.name: grid for grid in (FROM_SCRATCH, ABLATIONS, POLICIES, MULTIPLIERS)}
+GRIDS = {grid.name: grid for grid in (FROM_SCRATCH, ABLATIONS, POLICIES, MULTIPLIERS, FINETUNING)}
