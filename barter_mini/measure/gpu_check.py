@@ -76,7 +76,9 @@ def check_groups(cases=GPU_CHECK) -> list[tuple[GpuCase, tuple[str, ...], float]
 #: (the surgery and the recording after it). Every row records its group's wall seconds
 #: (``group_s``), so the first run on a GPU replaces these guesses with measurements.
 ASSUMED_TFLOPS = {"fp32": 25.0, "bf16": 100.0}
+#: ... the fixed seconds of a case
 ASSUMED_CASE_S = 1.0
+#: ... the seconds of a timed update and the recording after it
 ASSUMED_UPDATE_S = 0.1
 #: what the check may take on one H100-class GPU
 BUDGET_S = 300

@@ -32,7 +32,7 @@ def check_loss_against_chance(mean_loss: float, step: int, num_classes: int, ste
 
 
 def divergence_record(diverged: TrainingDiverged) -> dict:
-    """What last.pt keeps of a divergence (:attr:`Training.diverged`): enough to raise it again."""
+    """What last.pt keeps of a divergence (:attr:`~barter_mini.training.trainer.Training.diverged`): enough to raise it again."""
     return {"step": diverged.step, "what": diverged.what, "hint": diverged.hint}
 
 

@@ -80,7 +80,7 @@ def load_splits(run: RunConfig, recipe: Recipe) -> DataSplits:
 def build_run_model(run: RunConfig, config: ModelConfig, recipe: Recipe, splits: DataSplits, device: torch.device,
                     checkpoint: dict | None) -> nn.Module:
     """The run's model on ``device``: compact at the allocation it starts from (or the
-    checkpoint's, whose values :func:`resume_training` loads), full-width for a masked method,
+    checkpoint's, whose values :func:`~barter_mini.training.trainer.resume_training` loads), full-width for a masked method,
     or cut from the dense ``init`` checkpoint (:func:`~barter_mini.training.finetune.dense_start`)."""
     method = get_method(run.method)
     if checkpoint is not None:        # the tensors as they were; their values are loaded later

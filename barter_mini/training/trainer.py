@@ -137,12 +137,13 @@ class Training:
     forward: nn.Module | None = None
     #: Dynamo's graph count when the run started (--compile: the difference counts recompiles)
     graphs_at_start: int = 0
-    #: why the run stopped for divergence (:func:`divergence_record`), else None: last.pt keeps
+    #: why the run stopped for divergence (:func:`~barter_mini.training.divergence.divergence_record`), else None: last.pt keeps
     #: it, so a resume of a diverged run stops with the same line instead of training on
     diverged: dict | None = None
-    #: optimizer steps between host reads of the training loss and accuracy (:func:`read_losses`):
-    #: 1 reads and checks each loss before its backward pass; a graphed run keeps them on the
-    #: device and reads :data:`LOG_EVERY` at once, one transfer instead of a wait per step
+    #: optimizer steps between host reads of the training loss and accuracy
+    #: (:func:`~barter_mini.training.loss_records.read_losses`): 1 reads and checks each loss
+    #: before its backward pass; a graphed run keeps them on the device and reads
+    #: :data:`~barter_mini.training.loss_records.LOG_EVERY` at once, one transfer, not a wait per step
     read_every: int = 1
     #: ``(loss, accuracy, stepped, step)`` of the batches not yet recorded (tensors where unread)
     unread: list = field(default_factory=list)
@@ -265,7 +266,8 @@ def train_step(t: Training, x: torch.Tensor, y: torch.Tensor) -> tuple:
     With ``t.read_every == 1`` loss and accuracy are read before backward, as floats: a
     non-finite loss stops the run (:class:`~barter_mini.errors.TrainingDiverged`) before its
     gradients reach the weights, the optimizer or the method's statistics. Otherwise (a graphed
-    run) they are returned as tensors on the device, and :func:`read_losses` reads and checks
+    run) they are returned as tensors on the device, and
+    :func:`~barter_mini.training.loss_records.read_losses` reads and checks
     them with the others of its interval."""
     measured: list = []
     progress = t.progress
