@@ -23,6 +23,7 @@ HEADERS = {
     "acc": "Top-1 (%)", "f1": "macro-F1 (%)", "val_acc": "validation Top-1 (%)",
     "acc_mean": "Top-1 (%)", "acc_std": "Top-1 std", "f1_mean": "macro-F1 (%)", "f1_std": "macro-F1 std",
     "acc_diff": "Top-1 difference (points)", "f1_diff": "macro-F1 difference (points)",
+    "acc_diff_sd": "paired sd (points)", "paired_seeds": "paired seeds",
     "wall_time_s": "wall time (s)", "seeds": "seeds", "params": "parameters",
     "heads_planned": "heads planned", "ffn_planned": "FFN channels planned",
     "head_transfers": "heads moved", "ffn_transfers": "FFN channels moved",
