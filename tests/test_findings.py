@@ -100,11 +100,15 @@ def test_transfer_counts_conclusion_and_figure():
     assert "the gain's sd is 1.06: within the seed noise" in what_this_showed(noisy)
     assert "decides nothing" in what_this_showed(_multiplier_runs(seeds=(0,)))
     assert "nothing to compare" in what_this_showed(_multiplier_runs().query("multiplier == 1"))
-    figure = plot_multipliers(_multiplier_runs())
+    figure = plot_multipliers(noisy)
     gain_ax, cost_ax = figure.axes
     labels = sorted(t.get_text() for t in gain_ax.get_legend().get_texts())
-    assert labels == ["barter, here (mean ± std over seeds)", "paper, ViT/Tiny-ImageNet (Table 16)"]
+    assert labels == ["barter, here (mean ± std of the gain paired by seed)", "paper, ViT/Tiny-ImageNet (Table 16)"]
     assert list(gain_ax.get_xticks()) == [1, 2, 4, 6]
+    bars = gain_ax.containers[0]                      # the error bars: the paired gains' std, 0 at 1x
+    lows = [segment[0][1] for segment in bars.lines[2][0].get_segments()]
+    highs = [segment[1][1] for segment in bars.lines[2][0].get_segments()]
+    assert [round(h - l, 2) for l, h in zip(lows, highs)] == [0.0, round(2 * pd.Series([1.0, -0.5]).std(), 2)]
 
 
 def test_efficiency_conclusion_states_speedup_ideal_and_memory():
