@@ -161,6 +161,13 @@ def rankings_beside_paper(summary: pd.DataFrame, paper: pd.DataFrame) -> pd.Data
     return table.astype("Int64")
 
 
+def paired_by_seed(runs: pd.DataFrame, by: str, reference, value: str = "acc") -> pd.DataFrame:
+    """``value`` of every ``by`` (columns) minus ``reference``'s on the same seed (rows): the
+    differences the book tells from the seed noise (NaN where either lacks that seed)."""
+    by_seed = runs.pivot_table(index="seed", columns=by, values=value, aggfunc="mean")
+    return by_seed.sub(by_seed[reference], axis=0)
+
+
 def ablation_differences(runs: pd.DataFrame, reference: str = "barter") -> pd.DataFrame:
     """Figure 6: each variant's mean Top-1 and macro-F1 minus ``reference``'s, in points.
 
@@ -175,8 +182,8 @@ def ablation_differences(runs: pd.DataFrame, reference: str = "barter") -> pd.Da
         raise BarterError(f"the ablation table needs the reference method {reference!r} among the runs")
     variants = [m for m in means.index if m != reference]
     if "seed" in runs:
-        by_seed = runs.pivot_table(index="seed", columns="method", values="acc", aggfunc="mean")
-        gaps = {m: (by_seed[m] - by_seed[reference]).dropna() for m in variants}
+        paired = paired_by_seed(runs, "method", reference)
+        gaps = {m: paired[m].dropna() for m in variants}
     else:                                   # means only (the paper's table)
         gaps = {m: pd.Series(dtype=float) for m in variants}
     return pd.DataFrame({

@@ -10,7 +10,7 @@ import math
 import pandas as pd
 
 from ..training.methods import get_method
-from .experiments import ranking
+from .experiments import paired_by_seed, ranking
 from .tables import count_noun
 
 
@@ -45,10 +45,10 @@ def _paired_noise(runs: pd.DataFrame | None, density: float, method: str, refere
     '' without two shared seeds."""
     if runs is None:
         return ""
-    at = runs[runs["density"] == density].pivot_table(index="seed", columns="method", values="acc")
-    if method not in at or reference not in at:
+    at = runs[runs["density"] == density]
+    if not {method, reference} <= set(at["method"]):
         return ""
-    gaps = (at[reference] - at[method]).dropna()
+    gaps = paired_by_seed(at, "method", method)[reference].dropna()
     if len(gaps) < 2:
         return ""
     where = "beyond" if beyond_noise(gaps.mean(), gaps.std(), len(gaps)) else "within"

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from ..errors import BarterError, check_in_range, check_list
 from ..training.cache import cached_train
 from ..training.run_config import RunConfig
-from .experiments import mean_std, profile_run, read_paper_table
+from .experiments import mean_std, paired_by_seed, profile_run, read_paper_table
 from .figures import plain_log_labels, stacked_panels
 from .findings import beyond_noise
 from .profiles import Profile
@@ -111,8 +111,7 @@ def plot_multipliers(runs: pd.DataFrame):
     ours = _by_multiplier(runs)
     # each seed's gain over its own smallest-multiplier run: the seed-to-seed spread of the
     # accuracies themselves is larger than what the multiplier changes
-    by_seed = runs.pivot_table(index="seed", columns="multiplier", values="acc")
-    gains = by_seed.sub(by_seed[ours.index[0]], axis=0)
+    gains = paired_by_seed(runs, "multiplier", ours.index[0])
     fig, (gain_ax, cost_ax) = stacked_panels(2, 3.1)
     gain_ax.errorbar(gains.columns, gains.mean(), yerr=gains.std().fillna(0), marker="o", color=BARTER_COLOR,
                      capsize=3, label="barter, here (mean ± std of the gain paired by seed)")
@@ -159,8 +158,7 @@ def what_this_showed(runs: pd.DataFrame) -> str:
     if low in paper.index and high in paper.index:
         line += f" (the paper, ViT/Tiny-ImageNet: {paper.loc[high, 'acc_mean'] - paper.loc[low, 'acc_mean']:+.2f})"
     line += "."
-    by_seed = runs.pivot_table(index="seed", columns="multiplier", values="acc")
-    gaps = (by_seed[high] - by_seed[low]).dropna()
+    gaps = paired_by_seed(runs, "multiplier", low)[high].dropna()
     if len(gaps) < 2:
         line += " One seed per multiplier: another seed moves a run by a few tenths of a point, so this decides nothing."
     else:
