@@ -11,12 +11,12 @@ import pandas as pd
 import torch
 
 from ..core.barter import select_donors, select_parents
-from ..core.models import build_model, get_model_config
+from ..core.models import get_model_config
 from ..core.unit_statistics import DEFAULT_PRUNING_SCORE, LayerStatistics, UnitStatistics
 from ..training.data import load_dataset, make_loaders
-from ..training.parts import build_parts
+from ..training.parts import parts_for_new_model
 from ..training.run_config import RunConfig
-from ..training.optimization import resolve_recipe, seed_everything
+from ..training.optimization import seed_everything
 from .experiments import profile_run
 from .profiles import Profile
 from .tables import page_table
@@ -51,13 +51,13 @@ def warmed_up_model(profile: Profile, density: float, seed: int = 0, steps: int 
 def briefly_trained(config, density: float, batches, lr: float = 1e-3,
                     pruning_score: str = DEFAULT_PRUNING_SCORE):
     """A compact model of ``config`` at ``density`` trained one step per ``(images, labels)``
-    batch as ``train`` steps a Static run (:func:`~barter_mini.training.parts.build_parts`:
+    batch as ``train`` steps a Static run (:func:`~barter_mini.training.parts.parts_for_new_model`:
     fused AdamW, the quick recipe's weight decay and label smoothing at learning rate ``lr``),
     with its statistics hooks attached (by default the method's own pruning
     score, one default for both kinds). Returns ``(model, optimizer, statistics)``, the model
     in train mode."""
     run = RunConfig(method="static", model=config.name, density=density, recipe="quick", lr=lr)
-    parts = build_parts(run, build_model(config, density), resolve_recipe(run, config.family), 1, torch.device("cpu"))
+    parts = parts_for_new_model(run, config, 1, torch.device("cpu"))
     statistics = UnitStatistics(parts.model, pruning_score=pruning_score)
     for x, y in batches:
         parts.step(x, y, None)

@@ -42,14 +42,14 @@ from ..core.budgets import check_density, compute_budget
 from ..core.compilation import cold_compile, graphs_compiled
 from ..core.counting import count_parameters, counted_training_gflops_per_image, training_gflops_per_image
 from ..core.execution import EXECUTIONS, LOSS_SCALED, PRECISIONS, Execution
-from ..core.models import build_model, get_model_config
+from ..core.models import get_model_config
 from ..errors import BarterError, check_integer, choose
 from ..training.methods import check_methods, get_method
 from ..training.recipes import get_recipe
 from ..training.graphs import check_graphs_possible
-from ..training.parts import RunParts, build_parts
+from ..training.parts import RunParts, parts_for_new_model
 from ..training.run_config import RunConfig
-from ..training.optimization import resolve_device, resolve_recipe
+from ..training.optimization import resolve_device
 from .memory import step_memory
 from .breakdown import device_activity, step_profile
 from .timing import interleaved_times, timed
@@ -126,8 +126,7 @@ def run_step(run: RunConfig, batch: int, total_steps: int, device: torch.device)
     model's own input shape, the update schedule laid over ``total_steps``."""
     config = get_model_config(run.model)
     torch.manual_seed(run.seed)
-    model = build_model(config, get_method(run.method).model_density(run.density)).to(device)
-    parts = build_parts(run, model, resolve_recipe(run, config.family), total_steps, device)
+    parts = parts_for_new_model(run, config, total_steps, device)
     generator = torch.Generator().manual_seed(run.seed)
     x = torch.randn(batch, config.in_chans, config.img_size, config.img_size, generator=generator).to(device)
     y = torch.randint(0, config.num_classes, (batch,), generator=generator).to(device)

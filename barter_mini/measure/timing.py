@@ -12,10 +12,9 @@ import time
 
 import torch
 
-from ..core.models import build_model, get_model_config
+from ..core.models import get_model_config
 from ..core.unit_statistics import UnitStatistics
-from ..training.optimization import resolve_recipe
-from ..training.parts import build_parts
+from ..training.parts import parts_for_new_model
 from ..training.run_config import RunConfig
 
 
@@ -48,7 +47,7 @@ def statistics_overhead(model_name: str = "cct-paper", density: float = 0.5, bat
     config = get_model_config(model_name)
     # Static's parts: a compact model that never changes, stepped as train steps it
     run = RunConfig(method="static", model=model_name, density=density, seed=seed, recipe="paper", lr=1e-4)
-    parts = build_parts(run, build_model(config, density).to(device), resolve_recipe(run, config.family), 1, device)
+    parts = parts_for_new_model(run, config, 1, device)
     hooks = UnitStatistics(parts.model)
     x = torch.randn(batch, config.in_chans, config.img_size, config.img_size, device=device)
     y = torch.randint(0, config.num_classes, (batch,), device=device)

@@ -22,11 +22,13 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from ..core.configs import ModelConfig
 from ..core.execution import Execution
 from ..core.method import MethodController
+from ..core.models import build_model
 from .graphs import GraphedStep, check_graphs_possible
 from .methods import MethodSetup, get_method
-from .optimization import make_criterion, make_optimizer
+from .optimization import make_criterion, make_optimizer, resolve_recipe
 from .recipes import Recipe
 from .run_config import RunConfig
 from .step import StepOutcome, training_step
@@ -79,3 +81,11 @@ def build_parts(run: RunConfig, model: nn.Module, recipe: Recipe, total_steps: i
     criterion = make_criterion(recipe)
     graphed = GraphedStep(model, optimizer, criterion, controller, execution) if execution.graphs else None
     return RunParts(model, optimizer, controller, criterion, execution, execution.grad_scaler(device), graphed)
+
+
+def parts_for_new_model(run: RunConfig, config: ModelConfig, total_steps: int, device: torch.device) -> RunParts:
+    """:func:`build_parts` around a freshly built model of ``config`` (sized to its data) at the
+    width ``run``'s method trains (compact at its density, full for a masked one), on
+    ``device``, with ``run``'s own recipe: the parts of a run that starts from nothing."""
+    model = build_model(config, get_method(run.method).model_density(run.density)).to(device)
+    return build_parts(run, model, resolve_recipe(run, config.family), total_steps, device)
