@@ -26,16 +26,17 @@ from __future__ import annotations
 import ast
 import json
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+from unittest import mock
 
 import pandas as pd
 
 from ..errors import BarterError
-from ..training.cache import CACHE_ENV, TRAIN_ENV
+from ..training.cache import CACHE_ENV
 from ..training.checkpoints import write_csv_atomically
+from ..training.sweep import read_only_cache
 from .build import REPO, source_notebooks
 from .experiments import ABLATION_METHODS, run_grid
 from .finetuning import run_finetuning
@@ -50,24 +51,6 @@ DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 ALLOCATION_COLUMNS = frozenset({"heads", "ffn"})
 #: what every recorded row carries after the chapter's own columns
 PROVENANCE = ("commit", "command")
-
-
-@contextmanager
-def _reading_the_cache(cache_dir: Path | None):
-    """Run the chapter's table function on the run cache only (``cache_dir`` or the default):
-    a missing run raises instead of training."""
-    saved = {name: os.environ.get(name) for name in (TRAIN_ENV, CACHE_ENV)}
-    os.environ[TRAIN_ENV] = "0"
-    if cache_dir is not None:
-        os.environ[CACHE_ENV] = str(Path(cache_dir).resolve())
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @dataclass(frozen=True)
@@ -110,7 +93,9 @@ class RecordedGrid:
         parameters = self.notebook_parameters(profile, repo)
         setup = resolve_profile(profile, parameters["dataset"])
         try:
-            with _reading_the_cache(cache_dir):
+            # the cache only (read_only_cache): a missing run raises instead of training
+            with read_only_cache(), mock.patch.dict(os.environ, {} if cache_dir is None else
+                                                    {CACHE_ENV: str(Path(cache_dir).resolve())}):
                 table = self.table(setup, parameters)
         except BarterError as error:
             raise BarterError(f"the {self.name} grid is not all in the run cache ({str(error).split(':')[0]}): "
