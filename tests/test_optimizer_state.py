@@ -40,7 +40,7 @@ def test_no_cold_start_and_a_policy_above_its_default():
     assert "barter `split` +1.00 ± 0.00 points against `fresh`" in text
     assert "barter `warmup` -0.10 ± 0.26 points against `fresh`" in text
     assert "rigl `warmup` +0.50 ± 0.00 points against `reset`" in text
-    assert "Above its default by more than one standard error: barter `split`, rigl `warmup`" in text
+    assert "Above its default beyond the seed noise (twice its standard error): barter `split`, rigl `warmup`" in text
     assert "A BARTER update here moved 1.5 heads and 12.5 FFN channels on average" in text
     assert all(line.startswith("* ") for line in text.splitlines())
 
@@ -50,7 +50,7 @@ def test_a_cold_start_and_no_gain_beyond_the_noise():
     runs = runs[(runs["policy"] != "split") & ~((runs["method"] == "rigl") & (runs["policy"] == "warmup"))]
     text = reading_the_results(runs)
     assert "It rose under `barter/fresh`, `barter/warmup`, `rigl/reset`: a cold start" in text
-    assert "No policy is above its method's default by more than one standard error" in text
+    assert "No policy is above its method's default beyond the seed noise" in text
     assert "(`fresh` for barter, `reset` for rigl)" in text
     assert "rigl `warmup`" not in text
 
@@ -93,11 +93,11 @@ def test_chapter_07s_prose_types_no_window_length():
 def test_the_introductions_sentence_agrees_with_the_chapters_reading():
     assert optimizer_state.headline(_runs()) == (
         "Over 3 seeds, the loss just after an update was lower than before it under every policy: no cold start to "
-        "cure; `barter/split`, `rigl/warmup` each beat their method's default by more than one standard error.")
+        "cure; `barter/split`, `rigl/warmup` each beat their method's default beyond the seed noise.")
     cold = _runs(spike=0.01)[lambda r: r["policy"] != "split"].query("not (method == 'rigl' and policy == 'warmup')")
     assert optimizer_state.headline(cold) == (
         "Over 3 seeds, the loss rose just after an update under `barter/fresh`, `barter/warmup`, `rigl/reset`: a "
-        "cold start; no policy beat its method's default by more than one standard error.")
+        "cold start; no policy beat its method's default beyond the seed noise.")
     assert optimizer_state.headline(_runs(seeds=(0,))).endswith(
         "one seed cannot say whether any policy beats the defaults.")
     assert optimizer_state.headline(_runs(seeds=(0,))).startswith("Over 1 seed, ")

@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..core.barter import BarterSettings
 from ..training.checkpoints import write_csv_atomically
-from .reallocation_map import paired_summary
+from .seed_noise import paired_summary
 
 #: the recorded runs of the decision (one row per run)
 DEFAULTS_CSV = Path(__file__).resolve().parents[2] / "data" / "barter_defaults.csv"

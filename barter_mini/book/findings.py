@@ -5,12 +5,11 @@ its one-sentence answer to the introduction (:func:`glue_headline`)."""
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from ..training.methods import get_method
 from .experiments import paired_by_seed, ranking
+from .seed_noise import beyond_noise
 from .tables import count_noun
 
 
@@ -63,7 +62,7 @@ def from_scratch_findings(summary: pd.DataFrame, paper: pd.DataFrame, runs: pd.D
     ``summary`` is :func:`~barter_mini.book.experiments.summarize`'s table (test Top-1 in %),
     ``paper`` the paper's rows of the same layout; with ``runs`` (the runs it summarizes) the
     gaps are also paired by seed and said to be beyond or within the seed noise
-    (:func:`beyond_noise`)."""
+    (:func:`~barter_mini.book.seed_noise.beyond_noise`)."""
     ours = ranking(summary)
     shared = paper[paper["method"].isin(summary["method"]) & paper["density"].isin(summary["density"])]
     theirs = ranking(shared) if not shared.empty else pd.DataFrame()
@@ -91,16 +90,10 @@ def from_scratch_findings(summary: pd.DataFrame, paper: pd.DataFrame, runs: pd.D
     return "\n".join(lines)
 
 
-def beyond_noise(gap: float, sd: float, seeds: int) -> bool:
-    """Whether a mean gap paired by seed is told apart from the seed noise: it exceeds twice its
-    standard error, ``|gap| > 2 sd / sqrt(seeds)`` (about a 95 % interval; never with one seed)."""
-    return seeds > 1 and not math.isnan(sd) and abs(gap) > 2 * sd / math.sqrt(seeds)
-
-
 def ablation_findings(ours: pd.DataFrame, paper: pd.DataFrame, moved: pd.DataFrame, seeds: int) -> str:
     """Chapter 03's conclusion: each variant's Top-1 minus BARTER's beside the sign the paper's
     Table 12 gives it (Figure 6: every variant below BARTER at rho = 0.5), whether the gap is
-    beyond the seed noise (:func:`beyond_noise`, where ``ours`` has ``acc_diff_sd``), and how
+    beyond the seed noise (:func:`~barter_mini.book.seed_noise.beyond_noise`, where ``ours`` has ``acc_diff_sd``), and how
     many units BARTER and the variants moved.
 
     ``ours`` and ``paper`` are :func:`~barter_mini.book.experiments.ablation_differences`

@@ -35,6 +35,7 @@ from ..training.run_config import RunConfig
 from ..training.trainer import UPDATE_WINDOW
 from .experiments import mean_std, profile_run
 from .profiles import Profile
+from .seed_noise import RULE, beyond_noise
 from .figures import stacked_panels
 from .palette import require_method_legend
 
@@ -201,8 +202,8 @@ def _against_defaults(runs: pd.DataFrame) -> list[tuple[str, str, pd.Series]]:
 
 
 def _above_beyond_noise(diff: pd.Series) -> bool:
-    """Above zero by more than one standard error ``std / sqrt(n)`` (two seeds or more)."""
-    return len(diff) > 1 and diff.mean() > diff.std() / len(diff) ** 0.5
+    """Above zero beyond the seed noise (:func:`~barter_mini.book.seed_noise.beyond_noise`)."""
+    return bool(diff.mean() > 0 and beyond_noise(diff.mean(), diff.std(), len(diff)))
 
 
 def reading_the_results(runs: pd.DataFrame) -> str:
@@ -212,8 +213,8 @@ def reading_the_results(runs: pd.DataFrame) -> str:
     * the cold start: per method and policy, the mean loss change over the
       :data:`SPIKE_STEPS` steps after an update (positive: the loss rose, SMET's spike);
     * each other policy against its method's default (:data:`DEFAULT_POLICIES`): validation
-      Top-1 paired by seed, mean ± sample std, and whether the mean is beyond one standard
-      error ``std / sqrt(n)`` of zero, the rule of the reallocation chapter;
+      Top-1 paired by seed, mean ± sample std, and whether the mean is beyond the seed noise
+      (:func:`~barter_mini.book.seed_noise.beyond_noise`, the book's one rule);
     * how many units a BARTER update moved, the size SMET's spikes depend on.
     """
     seeds = int(runs["seed"].nunique())
@@ -240,10 +241,10 @@ def reading_the_results(runs: pd.DataFrame) -> str:
             lines.append("One seed cannot tell a policy's gain from the seed-to-seed noise: pass five "
                          "(`-y \"seeds: [0, 1, 2, 3, 4]\"`) before reading a direction into these numbers.")
         elif beyond:
-            lines.append(f"Above its default by more than one standard error: {', '.join(beyond)}; a case "
+            lines.append(f"Above its default beyond the seed noise ({RULE}): {', '.join(beyond)}; a case "
                          "to confirm on more seeds before a default changes.")
         else:
-            lines.append("No policy is above its method's default by more than one standard error, so nothing "
+            lines.append(f"No policy is above its method's default beyond the seed noise ({RULE}), so nothing "
                          "here argues for changing the defaults ("
                          + ", ".join(f"`{policy}` for {method}" for method, policy in DEFAULT_POLICIES.items())
                          + ").")
@@ -261,7 +262,7 @@ def reading_the_results(runs: pd.DataFrame) -> str:
 def headline(runs: pd.DataFrame) -> str:
     """Chapter 07's answer in one sentence for the introduction, from the same runs as
     :func:`reading_the_results`: whether the loss rose after an update under any policy (a
-    cold start) and whether any policy beat its method's default beyond one standard error."""
+    cold start) and whether any policy beat its method's default beyond the seed noise."""
     seeds = int(runs["seed"].nunique())
     spikes = runs.groupby(["method", "policy"], sort=False)["spike"].mean()
     rose = [f"`{method}/{policy}`" for (method, policy), spike in spikes.items() if spike > 0]
@@ -272,7 +273,7 @@ def headline(runs: pd.DataFrame) -> str:
         verdict = "one seed cannot say whether any policy beats the defaults"
     elif beyond:
         verdict = (f"{beyond[0]} beat its method's default" if len(beyond) == 1 else
-                   f"{', '.join(beyond)} each beat their method's default") + " by more than one standard error"
+                   f"{', '.join(beyond)} each beat their method's default") + " beyond the seed noise"
     else:
-        verdict = "no policy beat its method's default by more than one standard error"
+        verdict = "no policy beat its method's default beyond the seed noise"
     return f"Over {seeds} seed{'s' if seeds > 1 else ''}, {cold}; {verdict}."

@@ -15,7 +15,6 @@ methods ran, reported as ``mean(d)``, ``std(d)`` (n - 1) and the standard error
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -28,6 +27,7 @@ from ..errors import BarterError, check_list
 from ..training.cache import cached_train
 from ..training.checkpoints import read_json, write_csv_atomically
 from ..training.run_config import RunConfig
+from .seed_noise import RULE, STANDARD_ERRORS, paired_summary, standing
 
 #: the recorded runs of the map (one row per run)
 MAP_CSV = Path(__file__).resolve().parents[2] / "data" / "reallocation_map.csv"
@@ -99,14 +99,6 @@ def read_map(path: Path = MAP_CSV) -> pd.DataFrame:
     return frame
 
 
-def paired_summary(gaps) -> tuple[float, float, float]:
-    """Mean, sample standard deviation (n - 1) and standard error ``std / sqrt(n)`` of paired
-    differences; one difference has no spread (NaN)."""
-    gaps = np.asarray(gaps, dtype=float)
-    std = float(np.std(gaps, ddof=1)) if len(gaps) > 1 else math.nan
-    return float(np.mean(gaps)), std, std / math.sqrt(len(gaps))
-
-
 def paired_cells(frame: pd.DataFrame) -> pd.DataFrame:
     """Per cell: the seeds both methods ran (``seeds``), the paired difference BARTER - Static
     in Top-1 points on validation and test (mean, std, standard error), and what a run cost
@@ -164,21 +156,10 @@ def cell_label(cell, leave_out: str = "") -> str:
     return ", ".join(parts)
 
 
-def standing(gap: float, sem: float) -> str:
-    """``ahead`` / ``behind`` where the paired gap is beyond one standard error of zero,
-    ``level`` within it, ``undecided`` where one seed gives no standard error."""
-    if not math.isfinite(sem):
-        return "undecided"
-    if gap > sem:
-        return "ahead"
-    if gap < -sem:
-        return "behind"
-    return "level"
-
-
 def map_table(cells: pd.DataFrame) -> pd.DataFrame:
     """The cells as the chapter shows them: one row each, gaps in Top-1 points (mean ±
-    one standard error of the paired difference), cost in minutes of one thread per run."""
+    the standard error of the paired difference), ``standing`` by the book's rule
+    (:func:`~barter_mini.book.seed_noise.standing`), cost in minutes of one thread per run."""
     rows = []
     for cell in cells.to_dict("records"):
         rows.append({"cell (model layers x heads)": cell_label(cell), "seeds": int(cell["seeds"]),
@@ -196,8 +177,8 @@ def paper_gaps(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_map(cells: pd.DataFrame, paper: pd.DataFrame, added: pd.DataFrame | None = None):
-    """One row per cell: the paired gap BARTER - Static on validation (mean, one standard
-    error), test beside it, and below them the paper's Table 13 gaps (cct-paper on CIFAR-100,
+    """One row per cell: the paired gap BARTER - Static on validation (mean, bars of twice the
+    standard error: a bar that crosses zero is within the seed noise), test beside it, and below them the paper's Table 13 gaps (cct-paper on CIFAR-100,
     200 epochs, unpaired test means). ``added``: cells the reader trained now, marked so."""
     palette = sns.color_palette("colorblind")
     rows, labels = [], []
@@ -208,8 +189,8 @@ def plot_map(cells: pd.DataFrame, paper: pd.DataFrame, added: pd.DataFrame | Non
     paper_labels = [f"paper: cct-paper 7x16, rho {d:g}, 200 ep" for d in paper["density"]]
     fig, ax = plt.subplots(figsize=(7, 0.3 * (len(rows) + len(paper_labels)) + 1.6), constrained_layout=True)
     y = np.arange(len(rows))[::-1] + len(paper_labels) + 1.0
-    ax.errorbar([r["val_gap"] for r in rows], y + 0.12, xerr=[r["val_sem"] for r in rows], fmt="o",
-                color=palette[0], capsize=3, label="validation, paired (± 1 SE)")
+    ax.errorbar([r["val_gap"] for r in rows], y + 0.12, xerr=[STANDARD_ERRORS * r["val_sem"] for r in rows], fmt="o",
+                color=palette[0], capsize=3, label="validation, paired (± 2 SE)")
     ax.plot([r["test_gap"] for r in rows], y - 0.12, "s", mfc="none", color=palette[1], label="test")
     paper_y = np.arange(len(paper_labels))[::-1].astype(float)
     ax.plot(paper["gap"], paper_y, "D", color=palette[2], label="paper, Table 13 (CIFAR-100)")
@@ -219,7 +200,7 @@ def plot_map(cells: pd.DataFrame, paper: pd.DataFrame, added: pd.DataFrame | Non
     ax.set_ylim(-0.7, y.max() + 0.7 if len(y) else len(paper_labels) + 0.7)
     ax.set_xlabel("BARTER − Static (Top-1 points)")
     handles, names = ax.get_legend_handles_labels()
-    order = [names.index(name) for name in ("validation, paired (± 1 SE)", "test", "paper, Table 13 (CIFAR-100)")]
+    order = [names.index(name) for name in ("validation, paired (± 2 SE)", "test", "paper, Table 13 (CIFAR-100)")]
     fig.legend([handles[i] for i in order], [names[i] for i in order], fontsize=9, loc="outside upper center",
                ncols=3, frameon=False, handletextpad=0.3, columnspacing=1.0)
     ax.grid(axis="x", alpha=0.3)
@@ -283,9 +264,10 @@ def fresh_seed_checks(frame: pd.DataFrame, cells: list[dict]) -> list[tuple[dict
 
 def map_reading(frame: pd.DataFrame, paper: pd.DataFrame) -> str:
     """The map in plain words, composed from its recorded runs ``frame``: how many cells show
-    BARTER ahead, level or behind (beyond one standard error of the paired validation gap, or
-    within it), what each single change of setting does to the gap, whether a lead seen on
-    five seeds held on five fresh ones, and what that says about the paper's setting."""
+    BARTER ahead, level or behind (the paired validation gap beyond the seed noise,
+    :func:`~barter_mini.book.seed_noise.standing`, or within it), what each single change of
+    setting does to the gap, whether a lead seen on five seeds held on five fresh ones, and
+    what that says about the paper's setting."""
     cells = paired_cells(frame)
     if cells.empty:
         return "The map has no recorded cell yet."
@@ -293,12 +275,12 @@ def map_reading(frame: pd.DataFrame, paper: pd.DataFrame) -> str:
     states = [standing(c["val_gap"], c["val_sem"]) for c in records]
     counts = {state: states.count(state) for state in ("ahead", "level", "behind", "undecided")}
     undecided = f" ({counts['undecided']} with one seed: undecided)" if counts["undecided"] else ""
-    parts = [f"Of the map's {len(records)} cells, BARTER is ahead of Static beyond one standard error of the "
-             f"paired validation gap in {counts['ahead']}, level with it (within one standard error) in "
+    parts = [f"Of the map's {len(records)} cells, BARTER is ahead of Static beyond the seed noise (the paired "
+             f"validation gap beyond {RULE}) in {counts['ahead']}, level with it (within the noise) in "
              f"{counts['level']} and behind in {counts['behind']}{undecided}."]
     changes = [(axis, a, b) for a in records for b in records if (axis := _axis_of(a, b))]
     if changes:
-        parts.append("\nOne setting changed at a time (validation gap in points, ± one standard error):\n")
+        parts.append("\nOne setting changed at a time (validation gap in points, ± its standard error):\n")
         parts += [f"- {AXES[axis]}, {_change_words(axis, a, b)}" for axis, a, b in
                   sorted(changes, key=lambda change: list(AXES).index(change[0]))]
     confirmed, unconfirmed = [], []
@@ -317,7 +299,7 @@ def map_reading(frame: pd.DataFrame, paper: pd.DataFrame) -> str:
         parts.append(f"\nNo cell shows a gain beyond the seed-to-seed noise; the largest mean gap is "
                      f"{largest['val_gap']:+.2f} points ({cell_label(largest)}).")
     else:
-        parts.append(f"\nThe largest lead beyond one standard error is {max(ahead_points):+.2f} points, "
+        parts.append(f"\nThe largest lead beyond the seed noise is {max(ahead_points):+.2f} points, "
                      f"against the paper's {paper_max['gap']:+.2f} at rho {paper_max['density']:g}.")
     parts.append(f"\nWhat the map does not vary is the task (CIFAR-10's 10 classes against CIFAR-100's 100) and the "
                  f"length at the paper's scale (200 epochs against at most {int(cells['epochs'].max())} here): "
@@ -376,7 +358,7 @@ def map_headline(frame: pd.DataFrame) -> str:
             if any(_axis_of(a, b) == axis for a in records for b in records)]
     along = f", along {_and(axes)}" if axes else ""
     text = (f"Over the {len(records)} cells of the map{along} ({seeds} paired seeds each), BARTER is ahead of its "
-            f"own frozen allocation (Static) beyond one standard error in {len(ahead)}")
+            f"own frozen allocation (Static) beyond the seed noise in {len(ahead)}")
     if ahead:
         text += f", by at most {max(c['val_gap'] for c in ahead):+.2f} points of validation Top-1"
     text += f", and level or behind in {len(records) - len(ahead)}."

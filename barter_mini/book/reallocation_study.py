@@ -30,6 +30,7 @@ from ..training.run_config import RunConfig
 from .experiments import mean_std, profile_run
 from .figures import CYCLE_COLORS, MAX_WIDTH_IN, stacked_panels
 from .profiles import Profile
+from .seed_noise import RULE, standing
 from .palette import require_method_legend
 
 
@@ -186,7 +187,7 @@ def paired_against(runs: pd.DataFrame, reference: str) -> pd.DataFrame:
     difference ``variant - reference`` over the seeds both have (mean +- sample std, points),
     with the number of seeds on which the variant's validation Top-1 is above the reference's.
 
-    A paired difference whose mean is within one standard error ``std / sqrt(n)`` of zero
+    A paired difference within the seed noise (:func:`~barter_mini.book.seed_noise.standing`)
     is not a difference these seeds can see.
     """
     if reference not in set(runs["variant"]):
@@ -229,12 +230,12 @@ def _paired_gap(paired: pd.DataFrame, variant: str) -> tuple[float, float, int]:
 
 
 def _side(mean: float, error: float) -> str:
-    return "above" if mean > error else "below" if mean < -error else "level with"
+    return {"ahead": "above", "behind": "below"}.get(standing(mean, error), "level with")
 
 
 def verdict(paired: pd.DataFrame, variant: str, reference: str) -> str:
     """One sentence, from the numbers: is ``variant`` above, below or level with ``reference``
-    on validation Top-1, paired by seed, beyond one standard error? The two labels are set
+    on validation Top-1, paired by seed, beyond the seed noise? The two labels are set
     in backticks, so that a label such as ``static, piled start`` reads as one name."""
     choose("variant", variant, set(paired["variant"]))
     row = paired.set_index("variant").loc[variant]
@@ -244,7 +245,7 @@ def verdict(paired: pd.DataFrame, variant: str, reference: str) -> str:
         return (f"`{variant}` minus `{reference}`: {mean:+.2f} points of validation Top-1 on one seed; "
                 "one seed cannot tell a difference from noise.")
     side = _side(mean, error)
-    within = " (within one standard error)" if side == "level with" else ""
+    within = f" (within {RULE})" if side == "level with" else ""
     return (f"`{variant}` is {side} `{reference}`{within}: {mean:+.2f} ± {std:.2f} points of validation Top-1 "
             f"paired over {n} seeds (standard error {error:.2f}; above on {int(row['val_wins'])} of {n}); "
             f"test: {row['test_diff_mean']:+.2f} ± {row['test_diff_std']:.2f}.")

@@ -4,7 +4,7 @@ own runs.
 The hour of a quick book holds each chapter's own runs at one density and one seed; the
 grids the chapters' conclusions rest on (three seeds, and for chapter 02 three densities, at
 the quick profile's settings) cost hours of two cores more. Each comparison is then paired by
-seed and told from the seed noise (:func:`~barter_mini.book.findings.beyond_noise`). A recorded grid is a chapter run
+seed and told from the seed noise (:func:`~barter_mini.book.seed_noise.beyond_noise`). A recorded grid is a chapter run
 with other values of its papermill parameters (``seeds=[0, 1, 2]``, ...): it is trained once
 by the one ``barter-mini sweep --book`` command :meth:`RecordedGrid.command` prints, and its
 table, the same table the chapter makes of its own runs, is recorded in a small CSV under

@@ -22,7 +22,7 @@ from ..training.cache import cached_train
 from ..training.run_config import RunConfig
 from .experiments import mean_std, paired_by_seed, profile_run, read_paper_table
 from .figures import plain_log_labels, stacked_panels
-from .findings import beyond_noise
+from .seed_noise import RULE, beyond_noise
 from .profiles import Profile
 from .palette import BARTER_COLOR, require_method_legend
 from .tables import count_noun
@@ -164,7 +164,7 @@ def what_this_showed(runs: pd.DataFrame) -> str:
     else:
         where = "beyond" if beyond_noise(gaps.mean(), gaps.std(), len(gaps)) else "within"
         line += (f" Paired by seed over {len(gaps)} seeds, the gain's sd is {gaps.std():.2f}: {where} the seed "
-                 "noise (twice its standard error).")
+                 f"noise ({RULE}).")
     low_cost, high_cost = ours.loc[low, ("update_ms_per_step", "mean")], ours.loc[high, ("update_ms_per_step", "mean")]
     shown = [_milliseconds(low_cost), _milliseconds(high_cost)]
     # a ratio of costs that print as 0.000 ms would be rounding noise ("0.0x", "infx")

@@ -1,0 +1,55 @@
+"""The book's one rule for a gap beyond the seed noise, and that every chapter applies it."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, strategies as st
+
+from barter_mini.book import optimizer_state, reallocation_study
+from barter_mini.book.seed_noise import STANDARD_ERRORS, beyond_noise, paired_summary, standing
+
+
+def test_a_gap_is_beyond_the_noise_past_twice_its_standard_error_and_never_on_one_seed():
+    # sd 0.3 over 9 seeds: standard error 0.1, so the line is at 0.2
+    assert beyond_noise(0.21, 0.3, 9) and beyond_noise(-0.21, 0.3, 9)
+    assert not beyond_noise(0.19, 0.3, 9) and not beyond_noise(0.15, 0.3, 9)  # past 1 se, within 2
+    assert not beyond_noise(5.0, math.nan, 1) and not beyond_noise(5.0, 0.0, 1)
+    assert standing(0.3, 0.1) == "ahead" and standing(-0.3, 0.1) == "behind"
+    assert standing(0.15, 0.1) == "level" and standing(0.0, 0.0) == "level"
+    assert standing(0.5, math.nan) == "undecided" and standing(0.5, math.inf) == "undecided"
+
+
+@given(st.lists(st.floats(-5, 5), min_size=2, max_size=12))
+def test_standing_and_beyond_noise_agree_on_any_paired_gaps(gaps):
+    mean, sd, se = paired_summary(gaps)
+    assert math.isclose(sd, np.std(gaps, ddof=1), abs_tol=1e-12)
+    assert standing(mean, se) != "level" if beyond_noise(mean, sd, len(gaps)) else standing(mean, se) == "level"
+
+
+def test_one_difference_has_no_spread():
+    mean, sd, se = paired_summary([0.4])
+    assert mean == 0.4 and math.isnan(sd) and math.isnan(se) and standing(mean, se) == "undecided"
+
+
+def _study_runs(gaps):
+    """Static and BARTER over len(gaps) seeds, BARTER's validation Top-1 ahead by ``gaps``."""
+    base = [60.0 + seed for seed in range(len(gaps))]
+    rows = [{"variant": "static", "seed": s, "val_acc": b, "acc": b} for s, b in enumerate(base)]
+    rows += [{"variant": "barter", "seed": s, "val_acc": b + g, "acc": b + g} for s, (b, g) in enumerate(zip(base, gaps))]
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("gaps, side", [([0.5, 0.7, 0.9], "above"),     # mean 0.7, se 0.115: beyond 2 se
+                                        ([0.0, 0.4, 0.5], "level with"),  # mean 0.3, se 0.153: past 1 se only
+                                        ([-0.5, -0.7, -0.9], "below")])
+def test_the_reallocation_chapter_uses_the_rule(gaps, side):
+    paired = reallocation_study.paired_against(_study_runs(gaps), "static")
+    assert reallocation_study.verdict(paired, "barter", "static").startswith(f"`barter` is {side} `static`")
+
+
+@pytest.mark.parametrize("gaps, beats", [([0.5, 0.7, 0.9], True), ([0.0, 0.4, 0.5], False)])
+def test_the_optimizer_state_chapter_uses_the_rule(gaps, beats):
+    assert optimizer_state._above_beyond_noise(pd.Series(gaps)) is beats
+    assert STANDARD_ERRORS == 2
