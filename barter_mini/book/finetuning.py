@@ -33,6 +33,7 @@ from ..core.models import get_model_config
 from .experiments import mean_std, profile_run, read_paper_table
 from .figures import plain_log_labels, stacked_panels
 from .profiles import Profile
+from .seed_noise import beyond_noise
 from .palette import method_legend, method_style, require_method_legend
 from .tables import settings_markdown
 
@@ -201,11 +202,12 @@ def compute_matched_gains(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot_compute_matched(summary: pd.DataFrame, paper: pd.DataFrame | None = None):
+def plot_compute_matched(summary: pd.DataFrame, paper: pd.DataFrame | None = None, title: str = "this run"):
     """Figure 5 (b): Top-1 against cumulative training PFLOPs: BARTER after the recipe's epochs
     (filled) and compute-matched (hollow), RigL at the same densities, dense for reference;
-    each point labelled with its density. With ``paper``, the paper's panel beside it."""
-    panels = [("this run", summary)] + ([("paper, ViT fine-tuned on CIFAR-100", paper)] if paper is not None else [])
+    each point labelled with its density. With ``paper``, the paper's panel below it;
+    ``title`` names the first panel (a recorded grid says so)."""
+    panels = [(title, summary)] + ([("paper, ViT fine-tuned on CIFAR-100", paper)] if paper is not None else [])
     fig, axes = stacked_panels(len(panels), 3.0, legend_in=0.8)
     densities = set(summary["density"])
     for ax, (title, table) in zip(axes, panels):
@@ -238,7 +240,12 @@ def _paired(at: pd.DataFrame, method: str, schedule: str, reference: pd.DataFram
 
 
 def _gap(diff: pd.Series) -> str:
-    return f"{diff.mean():+.2f} ± {diff.std():.2f} points" if len(diff) > 1 else f"{diff.mean():+.2f} points"
+    """A paired gap in words: mean ± sample std over the seeds, and whether it is beyond the
+    seed noise (:func:`~barter_mini.book.seed_noise.beyond_noise`); one seed has no spread."""
+    if len(diff) < 2:
+        return f"{diff.mean():+.2f} points"
+    where = "beyond" if beyond_noise(diff.mean(), diff.std(), len(diff)) else "within"
+    return f"{diff.mean():+.2f} ± {diff.std():.2f} points ({where} the seed noise)"
 
 
 def reading_the_results(runs: pd.DataFrame, paper: pd.DataFrame | None = None) -> str:
