@@ -41,6 +41,26 @@ def test_from_scratch_gaps_are_paired_by_seed_against_the_noise():
         columns=["method", "density", "acc_mean"]), runs[runs["seed"] == 0])
 
 
+def test_the_introductions_from_scratch_sentence_names_ranks_gaps_and_the_noise():
+    from barter_mini.book.experiments import summarize
+    from barter_mini.book.findings import from_scratch_headline
+    runs = pd.DataFrame([{"method": m, "density": d, "seed": s, "acc": acc + 10 * d, "f1": acc, "wall_time_s": 1.0}
+                         for d in (0.1, 0.3)
+                         for m, accs in (("barter", (60, 62, 61)), ("static", (59, 61, 60)), ("rigl", (61, 60, 64)),
+                                         ("set", (50, 51, 52)))
+                         for s, acc in enumerate(accs)])
+    assert from_scratch_headline(summarize(runs), runs) == (
+        "Trained from scratch at rho = 0.1 and 0.3 (3 seeds per point), BARTER ranks 2 and 2 of the 4 sparse "
+        "methods; BARTER minus its own frozen allocation (Static) is +1.00 and +1.00 points, beyond the seed noise "
+        "at rho 0.1 and rho 0.3; minus the best masked method (rigl), -0.67 and -0.67 points, within the seed "
+        "noise at every density.")
+    one = runs[runs["seed"] == 0]
+    assert from_scratch_headline(summarize(one), one).endswith(
+        "(rigl), -1.00 and -1.00 points, on one seed, which cannot tell a gap from the seed noise.")
+    assert "(1 seed per point)" in from_scratch_headline(summarize(one), one)
+    assert from_scratch_headline(summarize(runs[runs["method"] != "barter"]), runs).startswith("BARTER was not among")
+
+
 def test_from_scratch_findings_without_barter_say_so():
     summary = _summary(seeds=1)
     assert "BARTER was not among" in from_scratch_findings(summary[summary["method"] != "barter"], summary)

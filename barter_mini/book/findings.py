@@ -1,7 +1,8 @@
 """What chapters 02 (training from scratch) and 03 (ablations) showed, composed as Markdown
 from the tables the chapters compute, so that a page's conclusion always states its own
 numbers (:func:`from_scratch_findings`, :func:`ablation_findings`); and how a chapter hands
-its one-sentence answer to the introduction (:func:`glue_headline`)."""
+its one-sentence answer to the introduction (:func:`glue_headline`; chapter 02's is
+:func:`from_scratch_headline`)."""
 
 from __future__ import annotations
 
@@ -39,19 +40,68 @@ def _seed_caveat(seeds: int) -> str:
             "says nothing about which is better.")
 
 
+def _paired_gaps(runs: pd.DataFrame | None, density: float, method: str, reference: str = "barter") -> pd.Series:
+    """``reference`` minus ``method`` at ``density``, seed by seed (empty without both)."""
+    at = runs[runs["density"] == density] if runs is not None else pd.DataFrame(columns=["method"])
+    if not {method, reference} <= set(at["method"]):
+        return pd.Series(dtype=float)
+    return paired_by_seed(at, "method", method)[reference].dropna()
+
+
 def _paired_noise(runs: pd.DataFrame | None, density: float, method: str, reference: str = "barter") -> str:
     """``reference`` minus ``method`` at ``density``, paired by seed, against the seed noise:
     '' without two shared seeds."""
-    if runs is None:
-        return ""
-    at = runs[runs["density"] == density]
-    if not {method, reference} <= set(at["method"]):
-        return ""
-    gaps = paired_by_seed(at, "method", method)[reference].dropna()
+    gaps = _paired_gaps(runs, density, method, reference)
     if len(gaps) < 2:
         return ""
     where = "beyond" if beyond_noise(gaps.mean(), gaps.std(), len(gaps)) else "within"
     return f" (paired by seed sd {gaps.std():.2f}: {where} the seed noise)"
+
+
+def _listed(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _beyond_at(gaps: dict[float, pd.Series]) -> str:
+    """Where the paired gaps ``{density: per-seed gaps}`` are beyond the seed noise, in words."""
+    if all(len(gap) < 2 for gap in gaps.values()):
+        return "on one seed, which cannot tell a gap from the seed noise"
+    beyond = [f"rho {density:g}" for density, gap in gaps.items()
+              if len(gap) > 1 and beyond_noise(gap.mean(), gap.std(), len(gap))]
+    return f"beyond the seed noise at {_listed(beyond)}" if beyond else "within the seed noise at every density"
+
+
+def from_scratch_headline(summary: pd.DataFrame, runs: pd.DataFrame) -> str:
+    """Chapter 02's answer in one sentence for the introduction, from the same table and runs
+    as :func:`from_scratch_findings`: BARTER's rank among the sparse methods at each density,
+    and its gaps to Static and to the best masked method (test Top-1, the mean gap, and where
+    the gap paired by seed is beyond the seed noise)."""
+    ours = ranking(summary)
+    densities = [d for d in ours.columns if "barter" in ours.index and pd.notna(ours.loc["barter", d])]
+    if not densities:
+        return "BARTER was not among the methods trained, so there is nothing to compare it with."
+    means = summary.set_index(["density", "method"])["acc_mean"]
+    ranks = _listed([str(int(ours.loc["barter", d])) for d in densities])
+    seeds = int(summary["seeds"].min())
+    sentence = (f"Trained from scratch at rho = {_listed([f'{d:g}' for d in densities])} "
+                f"({count_noun(seeds, 'seed')} per point), BARTER ranks {ranks} of the "
+                f"{int(ours[densities[0]].notna().sum())} sparse methods")
+    if "static" in ours.index:
+        gaps = {d: _paired_gaps(runs, d, "static") for d in densities}
+        differences = [f"{means[(d, 'barter')] - means[(d, 'static')]:+.2f}" for d in densities]
+        sentence += (f"; BARTER minus its own frozen allocation (Static) is {_listed(differences)} points, "
+                     f"{_beyond_at(gaps)}")
+    masked = [m for m in ours.index if _masked(m)]
+    if masked:
+        best = {d: summary[(summary["density"] == d) & summary["method"].isin(masked)]
+                .set_index("method")["acc_mean"].idxmax() for d in densities}
+        gaps = {d: _paired_gaps(runs, d, best[d]) for d in densities}
+        differences = [f"{means[(d, 'barter')] - means[(d, best[d])]:+.2f}" for d in densities]
+        names = _listed(list(dict.fromkeys(best[d] for d in densities)) if len(set(best.values())) == 1
+                        else [best[d] for d in densities])
+        sentence += (f"; minus the best masked method ({names}), {_listed(differences)} points, "
+                     f"{_beyond_at(gaps)}")
+    return sentence + "."
 
 
 def from_scratch_findings(summary: pd.DataFrame, paper: pd.DataFrame, runs: pd.DataFrame | None = None) -> str:
