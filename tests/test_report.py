@@ -395,3 +395,21 @@ def test_the_walkthroughs_run_summary_reads_in_words():
                            "train_gflops_per_image": 0.052743936})
     assert list(table["quantity"]) == ["validation Top-1", "units moved", "parameters", "training GFLOPs per image"]
     assert list(table["value"]) == ["45.67 %", "2 heads, 30 FFN channels", "85,141", "0.05274"]
+
+
+def test_figure_1_takes_its_accuracies_from_a_recorded_grid_first():
+    """Chapter 04's Figure 1 reads chapter 02's recorded grid (every method at its densities,
+    dense at its one) before the cache, so its Top-1 cells are not blank where the build
+    trained one density only."""
+    rows = [{"method": m, "density": d, "step_ms": 1.0} for m in ("dense", "rigl", "barter") for d in (0.1, 0.5)]
+    recorded = pd.DataFrame([{"method": "dense", "density": 1.0, "seed": s, "acc": 70.0 + s} for s in range(3)]
+                            + [{"method": m, "density": 0.1, "seed": s, "acc": acc + s}
+                               for m, acc in (("rigl", 60.0), ("barter", 58.0)) for s in range(3)])
+    points = accuracy_beside_step_time(PROFILES["smoke"], rows, [12345], recorded=recorded).set_index(
+        ["method", "density"])
+    assert points.loc[("dense", 0.1), "acc"] == points.loc[("dense", 0.5), "acc"] == 71.0
+    assert points.loc[("rigl", 0.1), "acc"] == 61.0 and points.loc[("barter", 0.1), "acc"] == 59.0
+    assert (points.loc[[("dense", 0.1), ("rigl", 0.1)], "runs"] == 3).all()
+    assert set(points.loc[[("dense", 0.5), ("barter", 0.1)], "source"]) == {"recorded"}
+    assert points.loc[("rigl", 0.5), "acc"] != points.loc[("rigl", 0.5), "acc"]    # blank: neither has it
+    assert points.loc[("rigl", 0.5), "source"] == "" and points.loc[("rigl", 0.5), "runs"] == 0

@@ -228,14 +228,25 @@ def final_allocations(runs: pd.DataFrame, kind: str) -> pd.DataFrame:
     return frame
 
 
-def accuracy_beside_step_time(setup: Profile, bench_rows: list[dict], seeds) -> pd.DataFrame:
-    """Figure 1's points: each benchmarked method and density with the mean test Top-1 (%)
-    of its from-scratch runs under ``setup`` when the cache holds them (blank otherwise:
-    nothing is trained here)."""
+def accuracy_beside_step_time(setup: Profile, bench_rows: list[dict], seeds,
+                              recorded: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Figure 1's points: each benchmarked method and density with a mean test Top-1 (%):
+    of the ``recorded`` runs (a recorded grid's table, such as chapter 02's) where they have
+    the method at that density (dense: at its one density), else of the profile's from-scratch
+    runs of ``seeds`` when the cache holds them, else blank (nothing is trained here).
+    ``runs`` counts the runs averaged, ``source`` says whose they are."""
     points = []
     for row in bench_rows:
-        found = [cached_metrics(profile_run(setup, row["method"], row["density"], seed)) for seed in seeds]
-        accs = [100 * metrics["test_acc"] for metrics in found if metrics is not None]
+        accs, source = [], "recorded"
+        if recorded is not None:
+            fixed = get_method(row["method"]).fixed_density is not None
+            mine = recorded[(recorded["method"] == row["method"])
+                            & (fixed | ((recorded["density"] - row["density"]).abs() < 1e-9))]
+            accs = list(mine["acc"])
+        if not accs:
+            found = [cached_metrics(profile_run(setup, row["method"], row["density"], seed)) for seed in seeds]
+            accs, source = [100 * metrics["test_acc"] for metrics in found if metrics is not None], "this build"
         points.append({"method": row["method"], "density": row["density"], "step_ms": row["step_ms"],
-                       "acc": sum(accs) / len(accs) if accs else float("nan"), "runs": len(accs)})
+                       "acc": sum(accs) / len(accs) if accs else float("nan"), "runs": len(accs),
+                       "source": source if accs else ""})
     return pd.DataFrame(points)

@@ -108,7 +108,7 @@ UPDATE_COST_DECIMALS = {"update_ms": 2, "update_s_per_schedule": 3, "update_ms_p
 TRANSFER_COST_COLUMNS = ("multiplier", "head_transfers", "ffn_transfers", "update_ms_per_step",
                          "update_s_per_schedule")
 #: Figure 1's points (from :func:`~barter_mini.book.experiments.accuracy_beside_step_time`)
-STEP_TIME_COLUMNS = ("method", "density", "step_ms", "acc", "runs")
+STEP_TIME_COLUMNS = ("method", "density", "step_ms", "acc", "runs", "source")
 
 
 def plot_training_curves(metrics: dict, ax=None):

@@ -33,7 +33,7 @@ HEADERS = {
     "train_gflops_per_image": "GFLOPs per image", "paper_train_gflops_per_image": "paper GFLOPs per image",
     "counted_train_gflops_per_image": "counted GFLOPs (fwd + bwd)",
     "params_m": "params (M)", "paper_params_m": "paper params (M)",
-    "step_ms": "ms/step", "epoch_s": "s/epoch", "peak_mem_mb": "peak memory (MB)",
+    "step_ms": "ms/step", "source": "Top-1 from", "epoch_s": "s/epoch", "peak_mem_mb": "peak memory (MB)",
     "speedup": "speedup per step", "epoch_speedup": "speedup per epoch", "ideal_speedup": "FLOPs-ideal speedup",
     "step_speedup": "speedup", "memory_fraction": "memory share",
     "fixed_ms": "fixed ms/step", "fixed_share": "fixed share", "rigl_fixed_ms": "RigL's fixed ms/step",
