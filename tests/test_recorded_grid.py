@@ -51,6 +51,8 @@ def test_the_table_is_read_from_a_real_cache_and_a_missing_run_names_the_command
     frame = grid.read(path)
     assert list(frame.columns[-2:]) == list(PROVENANCE) and list(frame["multiplier"]) == [1, 2]
     assert frame["acc"].between(0, 100).all() and (frame["commit"] == "a" * 40).all()
+    digits = "0123456789" * 4    # a commit hash of digits only is read back as the same text, not a number
+    assert (grid.read(grid.record(digits, "smoke", tmp_path / "cache", tmp_path / "digits.csv"))["commit"] == digits).all()
     args = build_parser().parse_args(shlex.split(frame["command"][0])[1:])
     assert (args.book, args.chapters, dict(args.parameter)) == ("smoke", ["08"], grid.parameters)
     with pytest.raises(BarterError, match=r"missing\.csv is missing: train the tiny grid with `barter-mini sweep"):

@@ -115,7 +115,7 @@ class RecordedGrid:
         if not path.is_file():
             raise BarterError(f"{path} is missing: train the {self.name} grid with `{self.command()}`, then record "
                               f"it with barter_mini.book.recorded_grid.GRIDS[{self.name!r}].record(commit)")
-        frame = pd.read_csv(path)
+        frame = pd.read_csv(path, dtype={"commit": "string"})    # a hash of digits only is still a hash
         for column in ALLOCATION_COLUMNS.intersection(frame.columns):     # per-layer counts, written as "(2, 3)"
             frame[column] = frame[column].map(ast.literal_eval)
         return frame
