@@ -150,7 +150,7 @@ def test_the_introductions_findings_are_pasted_from_the_chapters_never_typed():
     intro = (REPO / "book" / "intro.md").read_text()
     section = intro[intro.index("## What this book finds on a CPU"):intro.index("## How this book is organised")]
     bullets = [b for b in section.split("\n- ")[1:]]
-    assert len(bullets) == 4
+    assert len(bullets) == 5
     for bullet in bullets:
         pasted = re.findall(r"\{glue:any\}`\.\./(notebooks/\w+\.ipynb)::([\w-]+)`", bullet)
         assert pasted or "{{ map_headline }}" in bullet, bullet

@@ -90,7 +90,7 @@ def test_ablation_gaps_are_paired_by_seed_and_told_from_the_noise():
     assert ours.loc["random-pair", "acc_diff_sd"] == pytest.approx(pd.Series([1, -2, 1]).std())
     text = ablation_findings(ours.reset_index(), pd.DataFrame({"method": [], "acc_diff": []}), pd.DataFrame(), 3)
     assert "**static**: -1.00 points of test Top-1 against BARTER, paired by seed sd 0.00: beyond the seed noise" in text
-    assert "**random-pair**: +0.00 points" in text and "sd 1.73: within the seed noise" in text
+    assert "**random-pair**: 0.00 points" in text and "sd 1.73: within the seed noise" in text
     assert "1 of the 2 gaps is beyond twice its standard error over 3 seeds" in text
     one_seed = ablation_differences(runs[runs["seed"] == 0])
     assert one_seed["acc_diff_sd"].isna().all()
@@ -229,3 +229,9 @@ def test_the_introductions_finetuning_sentence_names_the_epochs_that_buy_the_gai
         "longer training) it gained +3.00 ± 0.00 points (beyond the seed noise) over its recipe epochs (3 seeds).")
     assert headline(runs[runs["seed"] == 0]).endswith("+3.00 points over its recipe epochs (1 seed).")
     assert headline(runs[runs["schedule"] == FULL]) == "No compute-matched BARTER run was trained in this build."
+
+
+def test_a_gap_that_rounds_to_zero_prints_without_a_sign():
+    from barter_mini.book.findings import _points
+    assert _points(-0.001) == "0.00 points" and _points(0.004) == "0.00 points"
+    assert _points(-0.006) == "-0.01 points" and _points(1.5) == "+1.50 points"

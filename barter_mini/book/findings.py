@@ -20,8 +20,13 @@ def _masked(method: str) -> bool:
     return spec.full_width and spec.fixed_density is None
 
 
+def _signed(value: float) -> str:
+    """``value`` to two decimals with its sign; one that rounds to zero has none (no "-0.00")."""
+    return "0.00" if round(value, 2) == 0 else f"{value:+.2f}"
+
+
 def _points(value: float) -> str:
-    return f"{value:+.2f} points"
+    return f"{_signed(value)} points"
 
 
 def _sign_words(ours: float, theirs: float) -> str:
@@ -88,7 +93,7 @@ def from_scratch_headline(summary: pd.DataFrame, runs: pd.DataFrame) -> str:
                 f"{int(ours[densities[0]].notna().sum())} sparse methods")
     if "static" in ours.index:
         gaps = {d: _paired_gaps(runs, d, "static") for d in densities}
-        differences = [f"{means[(d, 'barter')] - means[(d, 'static')]:+.2f}" for d in densities]
+        differences = [_signed(means[(d, "barter")] - means[(d, "static")]) for d in densities]
         sentence += (f"; BARTER minus its own frozen allocation (Static) is {_listed(differences)} points, "
                      f"{_beyond_at(gaps)}")
     masked = [m for m in ours.index if _masked(m)]
@@ -96,7 +101,7 @@ def from_scratch_headline(summary: pd.DataFrame, runs: pd.DataFrame) -> str:
         best = {d: summary[(summary["density"] == d) & summary["method"].isin(masked)]
                 .set_index("method")["acc_mean"].idxmax() for d in densities}
         gaps = {d: _paired_gaps(runs, d, best[d]) for d in densities}
-        differences = [f"{means[(d, 'barter')] - means[(d, best[d])]:+.2f}" for d in densities]
+        differences = [_signed(means[(d, "barter")] - means[(d, best[d])]) for d in densities]
         names = _listed(list(dict.fromkeys(best[d] for d in densities)) if len(set(best.values())) == 1
                         else [best[d] for d in densities])
         sentence += (f"; minus the best masked method ({names}), {_listed(differences)} points, "
