@@ -235,3 +235,9 @@ def test_a_gap_that_rounds_to_zero_prints_without_a_sign():
     from barter_mini.book.findings import _points
     assert _points(-0.001) == "0.00 points" and _points(0.004) == "0.00 points"
     assert _points(-0.006) == "-0.01 points" and _points(1.5) == "+1.50 points"
+
+
+def test_words_are_listed_as_a_sentence_lists_them():
+    from barter_mini.book.tables import listed
+    assert listed([]) == "" and listed(["a"]) == "a" and listed(("a", "b")) == "a and b"
+    assert listed(str(n) for n in range(3)) == "0, 1 and 2"

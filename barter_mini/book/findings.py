@@ -11,7 +11,7 @@ import pandas as pd
 from ..training.methods import get_method
 from .experiments import paired_by_seed, ranking
 from .seed_noise import beyond_noise
-from .tables import count_noun
+from .tables import count_noun, listed
 
 
 def _masked(method: str) -> bool:
@@ -63,17 +63,13 @@ def _paired_noise(runs: pd.DataFrame | None, density: float, method: str, refere
     return f" (paired by seed sd {gaps.std():.2f}: {where} the seed noise)"
 
 
-def _listed(words: list[str]) -> str:
-    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
-
-
 def _beyond_at(gaps: dict[float, pd.Series]) -> str:
     """Where the paired gaps ``{density: per-seed gaps}`` are beyond the seed noise, in words."""
     if all(len(gap) < 2 for gap in gaps.values()):
         return "on one seed, which cannot tell a gap from the seed noise"
     beyond = [f"rho {density:g}" for density, gap in gaps.items()
               if len(gap) > 1 and beyond_noise(gap.mean(), gap.std(), len(gap))]
-    return f"beyond the seed noise at {_listed(beyond)}" if beyond else "within the seed noise at every density"
+    return f"beyond the seed noise at {listed(beyond)}" if beyond else "within the seed noise at every density"
 
 
 def from_scratch_headline(summary: pd.DataFrame, runs: pd.DataFrame) -> str:
@@ -86,15 +82,15 @@ def from_scratch_headline(summary: pd.DataFrame, runs: pd.DataFrame) -> str:
     if not densities:
         return "BARTER was not among the methods trained, so there is nothing to compare it with."
     means = summary.set_index(["density", "method"])["acc_mean"]
-    ranks = _listed([str(int(ours.loc["barter", d])) for d in densities])
+    ranks = listed([str(int(ours.loc["barter", d])) for d in densities])
     seeds = int(summary["seeds"].min())
-    sentence = (f"Trained from scratch at rho = {_listed([f'{d:g}' for d in densities])} "
+    sentence = (f"Trained from scratch at rho = {listed([f'{d:g}' for d in densities])} "
                 f"({count_noun(seeds, 'seed')} per point), BARTER ranks {ranks} of the "
                 f"{int(ours[densities[0]].notna().sum())} sparse methods")
     if "static" in ours.index:
         gaps = {d: _paired_gaps(runs, d, "static") for d in densities}
         differences = [_signed(means[(d, "barter")] - means[(d, "static")]) for d in densities]
-        sentence += (f"; BARTER minus its own frozen allocation (Static) is {_listed(differences)} points, "
+        sentence += (f"; BARTER minus its own frozen allocation (Static) is {listed(differences)} points, "
                      f"{_beyond_at(gaps)}")
     masked = [m for m in ours.index if _masked(m)]
     if masked:
@@ -102,9 +98,8 @@ def from_scratch_headline(summary: pd.DataFrame, runs: pd.DataFrame) -> str:
                 .set_index("method")["acc_mean"].idxmax() for d in densities}
         gaps = {d: _paired_gaps(runs, d, best[d]) for d in densities}
         differences = [_signed(means[(d, "barter")] - means[(d, best[d])]) for d in densities]
-        names = _listed(list(dict.fromkeys(best[d] for d in densities)) if len(set(best.values())) == 1
-                        else [best[d] for d in densities])
-        sentence += (f"; minus the best masked method ({names}), {_listed(differences)} points, "
+        names = best[densities[0]] if len(set(best.values())) == 1 else listed(best[d] for d in densities)
+        sentence += (f"; minus the best masked method ({names}), {listed(differences)} points, "
                      f"{_beyond_at(gaps)}")
     return sentence + "."
 

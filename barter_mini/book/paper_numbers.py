@@ -23,6 +23,7 @@ from ..training.recipes import RECIPES
 from .default_choices import defaults_substitutions
 from .experiments import paper_from_scratch, read_paper_table
 from .reallocation_map import map_headline, read_map
+from .tables import listed
 
 #: CIFAR-100's official training images, of which ``load_dataset`` holds ``val_fraction`` out
 CIFAR100_TRAIN_IMAGES = 50_000
@@ -69,12 +70,6 @@ def duration_range(low: float, high: float) -> str:
 
 def _word(n: int) -> str:
     return _WORDS[n] if 0 <= n < len(_WORDS) else f"{n:,}"
-
-
-def _and(items) -> str:
-    """``a, b and c``."""
-    items = list(items)
-    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
 
 
 def _table3():
@@ -153,7 +148,7 @@ def table3_substitutions() -> dict[str, str]:
         "vit_rho03_heads": f"{rows['vit-paper', 0.3][2].heads}",
         "cct_rho07_rho_l_h": f"{rho_l_h(('cct-paper', 0.7)):.4g}",
         "budget_ffn_gap_max": f"{max(abs(budget.ffn - row.ffn) for row, _, budget, _ in rows.values())}",
-        "transfer_count_changes": _and(changes) if changes else "every count stays what it is",
+        "transfer_count_changes": listed(changes) if changes else "every count stays what it is",
     }
 
 
@@ -211,7 +206,7 @@ def schedule_substitutions(density: float = 0.5) -> dict[str, str]:
         "schedule_moving_updates": f"{sum(1 for m in moves.values() if any(m.values()))}",
         "schedule_ffn_updates": f"{sum(1 for m in moves.values() if m['ffn'])}",
         "schedule_head_updates": f"{sum(1 for m in moves.values() if m['heads'])}",
-        "schedule_head_steps": _and(f"{step:,}" for step, m in moves.items() if m["heads"]),
+        "schedule_head_steps": listed(f"{step:,}" for step, m in moves.items() if m["heads"]),
         "schedule_ffn_first_quarter": f"{ffn_between(0, window / 4)}",
         "schedule_ffn_last_quarter": f"{ffn_between(3 * window / 4, window)}",
     }
@@ -329,9 +324,9 @@ def paper_substitutions() -> dict[str, str]:
         "table6_density_low": f"{cct[cct['method'] != 'dense']['density'].min():g}",
         "table6_density_high": f"{cct[cct['method'] != 'dense']['density'].max():g}",
         "table7_masked_gflops": f"{float(masked_compute['train_gflops_per_image'].iloc[0]):.2f}",
-        "rigl_ahead_densities": _and(f"{density:g}" for density in ahead),
-        "table13_barter_accs": _and(f"{acc:.2f}" for acc in by_density["barter"]["acc_mean"]),
-        "table13_static_accs": _and(f"{acc:.2f}" for acc in by_density["static"]["acc_mean"]),
+        "rigl_ahead_densities": listed(f"{density:g}" for density in ahead),
+        "table13_barter_accs": listed(f"{acc:.2f}" for acc in by_density["barter"]["acc_mean"]),
+        "table13_static_accs": listed(f"{acc:.2f}" for acc in by_density["static"]["acc_mean"]),
         "table13_densities": ", ".join(f"{d:g}" for d in by_density["barter"]["density"]),
         "table13_std_low": f"{compact['acc_std'].min():.1f}",
         "table13_std_high": f"{compact['acc_std'].max():.1f}",

@@ -28,6 +28,7 @@ from ..training.cache import cached_train
 from ..training.checkpoints import read_json, write_csv_atomically
 from ..training.run_config import RunConfig
 from .seed_noise import RULE, STANDARD_ERRORS, paired_summary, standing
+from .tables import listed
 
 #: the recorded runs of the map (one row per run)
 MAP_CSV = Path(__file__).resolve().parents[2] / "data" / "reallocation_map.csv"
@@ -356,7 +357,7 @@ def map_headline(frame: pd.DataFrame) -> str:
         else f"{int(cells['seeds'].iloc[0])}"
     axes = [AXES[axis] for axis in AXES
             if any(_axis_of(a, b) == axis for a in records for b in records)]
-    along = f", along {_and(axes)}" if axes else ""
+    along = f", along {listed(axes)}" if axes else ""
     text = (f"Over the {len(records)} cells of the map{along} ({seeds} paired seeds each), BARTER is ahead of its "
             f"own frozen allocation (Static) beyond the seed noise in {len(ahead)}")
     if ahead:
@@ -366,7 +367,3 @@ def map_headline(frame: pd.DataFrame) -> str:
         text += (f" Of the {tried} lead{'s' if tried > 1 else ''} seen on five seeds, {held} held on five fresh "
                  "ones.")
     return text
-
-
-def _and(words: list[str]) -> str:
-    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]

@@ -85,6 +85,12 @@ def _float_format(values: pd.Series, decimals: int):
     return lambda v: _unsigned_zero(f"{v:,.{places}f}")
 
 
+def listed(words) -> str:
+    """Words as a sentence lists them: ``a``, ``a and b``, ``a, b and c`` ('' for none)."""
+    words = list(words)
+    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else "".join(words)
+
+
 def count_noun(count: float, noun: str) -> str:
     """``1 head``, ``3 heads``: a count (a mean is shown rounded) with its noun agreeing with
     the number shown."""
