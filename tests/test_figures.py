@@ -138,3 +138,13 @@ def test_the_builds_own_runs_are_drawn_hollow_beside_the_recorded_grid_and_named
         check_figure(fig, "recorded")
     finally:
         plt.close(fig)
+
+
+def test_figure_1_labels_the_densities_of_the_pair_its_caption_compares():
+    points = pd.DataFrame([{"method": m, "density": d, "step_ms": t * (1 + d), "acc": 40 + 10 * d}
+                           for m, t in (("rigl", 100.0), ("set", 101.0), ("barter", 30.0), ("static", 31.0))
+                           for d in (0.1, 0.3, 0.7)] + [{"method": "dense", "density": 1.0, "step_ms": 99.0, "acc": 50.0}])
+    fig = report.plot_accuracy_against_step_time(points)
+    labels = sorted(t.get_text() for t in fig.axes[0].texts)
+    assert labels == sorted(["0.1", "0.3", "0.7"] * 2 + ["1"])      # barter, rigl and dense; not set, static
+    plt.close(fig)
