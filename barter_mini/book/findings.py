@@ -87,20 +87,21 @@ def from_scratch_headline(summary: pd.DataFrame, runs: pd.DataFrame) -> str:
     sentence = (f"Trained from scratch at rho = {listed([f'{d:g}' for d in densities])} "
                 f"({count_noun(seeds, 'seed')} per point), BARTER ranks {ranks} of the "
                 f"{int(ours[densities[0]].notna().sum())} sparse methods")
+
+    def against(other: dict[float, str]) -> str:
+        """BARTER minus ``other[density]`` at each density, and where it is beyond the noise."""
+        differences = [_signed(means[(d, "barter")] - means[(d, other[d])]) for d in densities]
+        return f"{listed(differences)} points, {_beyond_at({d: _paired_gaps(runs, d, other[d]) for d in densities})}"
+
     if "static" in ours.index:
-        gaps = {d: _paired_gaps(runs, d, "static") for d in densities}
-        differences = [_signed(means[(d, "barter")] - means[(d, "static")]) for d in densities]
-        sentence += (f"; BARTER minus its own frozen allocation (Static) is {listed(differences)} points, "
-                     f"{_beyond_at(gaps)}")
+        static = dict.fromkeys(densities, "static")
+        sentence += f"; BARTER minus its own frozen allocation (Static) is {against(static)}"
     masked = [m for m in ours.index if _masked(m)]
     if masked:
         best = {d: summary[(summary["density"] == d) & summary["method"].isin(masked)]
                 .set_index("method")["acc_mean"].idxmax() for d in densities}
-        gaps = {d: _paired_gaps(runs, d, best[d]) for d in densities}
-        differences = [_signed(means[(d, "barter")] - means[(d, best[d])]) for d in densities]
         names = best[densities[0]] if len(set(best.values())) == 1 else listed(best[d] for d in densities)
-        sentence += (f"; minus the best masked method ({names}), {listed(differences)} points, "
-                     f"{_beyond_at(gaps)}")
+        sentence += f"; minus the best masked method ({names}), {against(best)}"
     return sentence + "."
 
 
@@ -143,8 +144,8 @@ def from_scratch_findings(summary: pd.DataFrame, paper: pd.DataFrame, runs: pd.D
 def ablation_findings(ours: pd.DataFrame, paper: pd.DataFrame, moved: pd.DataFrame, seeds: int) -> str:
     """Chapter 03's conclusion: each variant's Top-1 minus BARTER's beside the sign the paper's
     Table 12 gives it (Figure 6: every variant below BARTER at rho = 0.5), whether the gap is
-    beyond the seed noise (:func:`~barter_mini.book.seed_noise.beyond_noise`, where ``ours`` has ``acc_diff_sd``), and how
-    many units BARTER and the variants moved.
+    beyond the seed noise (:func:`~barter_mini.book.seed_noise.beyond_noise`, where ``ours``
+    has ``acc_diff_sd``), and how many units BARTER and the variants moved.
 
     ``ours`` and ``paper`` are :func:`~barter_mini.book.experiments.ablation_differences`
     tables, ``moved`` is :func:`~barter_mini.book.experiments.units_moved`'s, ``seeds`` the number
