@@ -233,7 +233,9 @@ def test_the_introductions_finetuning_sentence_names_the_epochs_that_buy_the_gai
 
 def test_a_gap_that_rounds_to_zero_prints_without_a_sign():
     from barter_mini.book.findings import _points
+    from barter_mini.book.finetuning import _gap
     assert _points(-0.001) == "0.00 points" and _points(0.004) == "0.00 points"
+    assert _gap(pd.Series([-0.001])) == "0.00 points"
     assert _points(-0.006) == "-0.01 points" and _points(1.5) == "+1.50 points"
 
 

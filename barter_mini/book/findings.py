@@ -11,7 +11,7 @@ import pandas as pd
 from ..training.methods import get_method
 from .experiments import paired_by_seed, ranking
 from .seed_noise import beyond_noise
-from .tables import count_noun, listed
+from .tables import count_noun, listed, signed
 
 
 def _masked(method: str) -> bool:
@@ -20,13 +20,8 @@ def _masked(method: str) -> bool:
     return spec.full_width and spec.fixed_density is None
 
 
-def _signed(value: float) -> str:
-    """``value`` to two decimals with its sign; one that rounds to zero has none (no "-0.00")."""
-    return "0.00" if round(value, 2) == 0 else f"{value:+.2f}"
-
-
 def _points(value: float) -> str:
-    return f"{_signed(value)} points"
+    return f"{signed(value)} points"
 
 
 def _sign_words(ours: float, theirs: float) -> str:
@@ -90,7 +85,7 @@ def from_scratch_headline(summary: pd.DataFrame, runs: pd.DataFrame) -> str:
 
     def against(other: dict[float, str]) -> str:
         """BARTER minus ``other[density]`` at each density, and where it is beyond the noise."""
-        differences = [_signed(means[(d, "barter")] - means[(d, other[d])]) for d in densities]
+        differences = [signed(means[(d, "barter")] - means[(d, other[d])]) for d in densities]
         return f"{listed(differences)} points, {_beyond_at({d: _paired_gaps(runs, d, other[d]) for d in densities})}"
 
     if "static" in ours.index:

@@ -35,7 +35,7 @@ from .figures import plain_log_labels, stacked_panels
 from .profiles import Profile
 from .seed_noise import beyond_noise
 from .palette import method_legend, method_style, require_method_legend
-from .tables import settings_markdown
+from .tables import settings_markdown, signed
 
 
 @dataclass(frozen=True)
@@ -243,9 +243,9 @@ def _gap(diff: pd.Series) -> str:
     """A paired gap in words: mean ± sample std over the seeds, and whether it is beyond the
     seed noise (:func:`~barter_mini.book.seed_noise.beyond_noise`); one seed has no spread."""
     if len(diff) < 2:
-        return f"{diff.mean():+.2f} points"
+        return f"{signed(diff.mean())} points"
     where = "beyond" if beyond_noise(diff.mean(), diff.std(), len(diff)) else "within"
-    return f"{diff.mean():+.2f} ± {diff.std():.2f} points ({where} the seed noise)"
+    return f"{signed(diff.mean())} ± {diff.std():.2f} points ({where} the seed noise)"
 
 
 def reading_the_results(runs: pd.DataFrame, paper: pd.DataFrame | None = None) -> str:

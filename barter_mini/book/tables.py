@@ -98,6 +98,12 @@ def count_noun(count: float, noun: str) -> str:
     return f"{shown} {noun}" + ("" if shown == "1" else "s")
 
 
+def signed(value: float) -> str:
+    """A gap in a sentence: two decimals with its sign, except one that rounds to zero, which
+    has none (``0.00``, never ``-0.00`` or ``+0.00``)."""
+    return "0.00" if round(value, 2) == 0 else f"{value:+.2f}"
+
+
 def _unsigned_zero(text: str) -> str:
     """``-0.000`` (a tiny negative rounded away) reads ``0.000``: a zero has no sign."""
     return text[1:] if text.startswith("-") and not any(c in "123456789" for c in text) else text
