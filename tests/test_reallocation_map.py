@@ -98,7 +98,7 @@ def test_the_reading_of_a_level_map_says_no_gain_and_names_the_largest():
             "in 0") in text
     assert "No cell shows a gain beyond the seed-to-seed noise" in text
     assert "the depth, from cct-mini 4x10 to cct-mini-deep 7x10 (at rho 0.3, 3 ep)" in text
-    assert "+0.00 ± 0.07 (level) to +0.05 ± 0.09 (level)" in text
+    assert "0.00 ± 0.07 (level) to +0.05 ± 0.09 (level)" in text
     assert "0.0x" not in text and "opposite" not in text
 
 

@@ -21,6 +21,7 @@ import pandas as pd
 from ..core.barter import BarterSettings
 from ..training.checkpoints import write_csv_atomically
 from .seed_noise import paired_summary
+from .tables import signed
 
 #: the recorded runs of the decision (one row per run)
 DEFAULTS_CSV = Path(__file__).resolve().parents[2] / "data" / "barter_defaults.csv"
@@ -94,10 +95,10 @@ def defaults_substitutions(path: Path = DEFAULTS_CSV) -> dict[str, str]:
     subs = {}
     for (score, moments), row in table.iterrows():
         key = f"defaults_{score}_{moments}".replace("-", "_")
-        subs[key] = f"{row['val_gap']:+.2f} ± {row['val_sem']:.2f}"
+        subs[key] = f"{signed(row['val_gap'])} ± {row['val_sem']:.2f}"
     for setting in CHOICES:
         gap = choice_gap(runs, setting)
-        subs[f"defaults_{setting}_gap"] = (f"{gap['gap']:+.2f} ± {gap['sem']:.2f} points ({gap['derived']} "
+        subs[f"defaults_{setting}_gap"] = (f"{signed(gap['gap'])} ± {gap['sem']:.2f} points ({gap['derived']} "
                                            f"minus {gap['other']}, {gap['seeds']} seeds)")
     first = runs.iloc[0]
     subs["defaults_seeds"] = f"{runs['seed'].nunique()}"

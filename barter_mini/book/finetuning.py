@@ -278,8 +278,8 @@ def reading_the_results(runs: pd.DataFrame, paper: pd.DataFrame | None = None) -
                                       & (paper["method"] == "barter")]
                 if not their_matched.empty and {"barter", COMPUTE_REFERENCE} <= set(theirs.index):
                     gained = their_matched["acc_mean"].iloc[0]
-                    line += (f" (paper: {gained - theirs.loc['barter', 'acc_mean']:+.2f} and "
-                             f"{gained - theirs.loc[COMPUTE_REFERENCE, 'acc_mean']:+.2f})")
+                    line += (f" (paper: {signed(gained - theirs.loc['barter', 'acc_mean'])} and "
+                             f"{signed(gained - theirs.loc[COMPUTE_REFERENCE, 'acc_mean'])})")
                 lines.append(line + ".")
             ranked = full[full["method"] != "dense"].groupby("method")["acc"].mean().sort_values(ascending=False)
             above = [m for m in ranked.index if ranked[m] > ranked["barter"]]

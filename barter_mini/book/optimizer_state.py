@@ -38,6 +38,7 @@ from .profiles import Profile
 from .seed_noise import RULE, beyond_noise
 from .figures import stacked_panels
 from .palette import require_method_legend
+from .tables import signed
 
 #: (method, policy) -> the settings that choose the policy
 POLICIES: dict[tuple[str, str], dict] = {
@@ -232,7 +233,7 @@ def reading_the_results(runs: pd.DataFrame) -> str:
     gaps, beyond = [], []
     for method, policy, diff in _against_defaults(runs):
         spread = f" ± {diff.std():.2f}" if len(diff) > 1 else ""
-        gaps.append(f"{method} `{policy}` {diff.mean():+.2f}{spread} points against `{DEFAULT_POLICIES[method]}`")
+        gaps.append(f"{method} `{policy}` {signed(diff.mean())}{spread} points against `{DEFAULT_POLICIES[method]}`")
         if _above_beyond_noise(diff):
             beyond.append(f"{method} `{policy}`")
     if gaps:

@@ -28,7 +28,7 @@ from ..training.cache import cached_train
 from ..training.checkpoints import read_json, write_csv_atomically
 from ..training.run_config import RunConfig
 from .seed_noise import RULE, STANDARD_ERRORS, paired_summary, standing
-from .tables import listed
+from .tables import listed, signed
 
 #: the recorded runs of the map (one row per run)
 MAP_CSV = Path(__file__).resolve().parents[2] / "data" / "reallocation_map.csv"
@@ -164,9 +164,9 @@ def map_table(cells: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for cell in cells.to_dict("records"):
         rows.append({"cell (model layers x heads)": cell_label(cell), "seeds": int(cell["seeds"]),
-                     "BARTER − Static, validation": f"{cell['val_gap']:+.2f} ± {cell['val_sem']:.2f}",
+                     "BARTER − Static, validation": f"{signed(cell['val_gap'])} ± {cell['val_sem']:.2f}",
                      "standing": standing(cell["val_gap"], cell["val_sem"]),
-                     "test": f"{cell['test_gap']:+.2f} ± {cell['test_sem']:.2f}",
+                     "test": f"{signed(cell['test_gap'])} ± {cell['test_sem']:.2f}",
                      "min per run": round(cell["run_s"] / 60, 1)})
     return pd.DataFrame(rows)
 
@@ -223,7 +223,7 @@ def _axis_of(a: dict, b: dict) -> str | None:
 
 
 def _gap_words(cell: dict) -> str:
-    return f"{cell['val_gap']:+.2f} ± {cell['val_sem']:.2f} ({standing(cell['val_gap'], cell['val_sem'])})"
+    return f"{signed(cell['val_gap'])} ± {cell['val_sem']:.2f} ({standing(cell['val_gap'], cell['val_sem'])})"
 
 
 def _change_words(axis: str, a: dict, b: dict) -> str:
@@ -286,8 +286,8 @@ def map_reading(frame: pd.DataFrame, paper: pd.DataFrame) -> str:
                   sorted(changes, key=lambda change: list(AXES).index(change[0]))]
     confirmed, unconfirmed = [], []
     for cell, early, late in fresh_seed_checks(frame, records):
-        words = (f"{cell_label(cell)}: {early.val_gap:+.2f} ± {early.val_sem:.2f} on its first five seeds, "
-                 f"{late.val_gap:+.2f} ± {late.val_sem:.2f} on {int(late.seeds)} fresh ones")
+        words = (f"{cell_label(cell)}: {signed(early.val_gap)} ± {early.val_sem:.2f} on its first five seeds, "
+                 f"{signed(late.val_gap)} ± {late.val_sem:.2f} on {int(late.seeds)} fresh ones")
         (confirmed if standing(late.val_gap, late.val_sem) == "ahead" else unconfirmed).append(words)
     if unconfirmed:
         parts.append("\nNot confirmed on fresh seeds: " + "; ".join(unconfirmed) + ".")
@@ -298,10 +298,10 @@ def map_reading(frame: pd.DataFrame, paper: pd.DataFrame) -> str:
     ahead_points = [c["val_gap"] for c, s in zip(records, states) if s == "ahead"]
     if not ahead_points:
         parts.append(f"\nNo cell shows a gain beyond the seed-to-seed noise; the largest mean gap is "
-                     f"{largest['val_gap']:+.2f} points ({cell_label(largest)}).")
+                     f"{signed(largest['val_gap'])} points ({cell_label(largest)}).")
     else:
-        parts.append(f"\nThe largest lead beyond the seed noise is {max(ahead_points):+.2f} points, "
-                     f"against the paper's {paper_max['gap']:+.2f} at rho {paper_max['density']:g}.")
+        parts.append(f"\nThe largest lead beyond the seed noise is {signed(max(ahead_points))} points, "
+                     f"against the paper's {signed(paper_max['gap'])} at rho {paper_max['density']:g}.")
     parts.append(f"\nWhat the map does not vary is the task (CIFAR-10's 10 classes against CIFAR-100's 100) and the "
                  f"length at the paper's scale (200 epochs against at most {int(cells['epochs'].max())} here): "
                  f"those are the settings its gains were measured at.")
@@ -361,7 +361,7 @@ def map_headline(frame: pd.DataFrame) -> str:
     text = (f"Over the {len(records)} cells of the map{along} ({seeds} paired seeds each), BARTER is ahead of its "
             f"own frozen allocation (Static) beyond the seed noise in {len(ahead)}")
     if ahead:
-        text += f", by at most {max(c['val_gap'] for c in ahead):+.2f} points of validation Top-1"
+        text += f", by at most {signed(max(c['val_gap'] for c in ahead))} points of validation Top-1"
     text += f", and level or behind in {len(records) - len(ahead)}."
     if tried:
         text += (f" Of the {tried} lead{'s' if tried > 1 else ''} seen on five seeds, {held} held on five fresh "

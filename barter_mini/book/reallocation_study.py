@@ -32,6 +32,7 @@ from .figures import CYCLE_COLORS, MAX_WIDTH_IN, stacked_panels
 from .profiles import Profile
 from .seed_noise import RULE, standing
 from .palette import require_method_legend
+from .tables import signed
 
 
 @dataclass(frozen=True)
@@ -242,13 +243,13 @@ def verdict(paired: pd.DataFrame, variant: str, reference: str) -> str:
     mean, error, n = _paired_gap(paired, variant)
     std = row["val_diff_std"]
     if math.isinf(error):
-        return (f"`{variant}` minus `{reference}`: {mean:+.2f} points of validation Top-1 on one seed; "
+        return (f"`{variant}` minus `{reference}`: {signed(mean)} points of validation Top-1 on one seed; "
                 "one seed cannot tell a difference from noise.")
     side = _side(mean, error)
     within = f" (within {RULE})" if side == "level with" else ""
-    return (f"`{variant}` is {side} `{reference}`{within}: {mean:+.2f} ± {std:.2f} points of validation Top-1 "
+    return (f"`{variant}` is {side} `{reference}`{within}: {signed(mean)} ± {std:.2f} points of validation Top-1 "
             f"paired over {n} seeds (standard error {error:.2f}; above on {int(row['val_wins'])} of {n}); "
-            f"test: {row['test_diff_mean']:+.2f} ± {row['test_diff_std']:.2f}.")
+            f"test: {signed(row['test_diff_mean'])} ± {row['test_diff_std']:.2f}.")
 
 
 # ----------------------------------------------------------------------------- probes
@@ -349,20 +350,20 @@ def plain_summary(headline: pd.DataFrame, found: pd.DataFrame, poor: pd.DataFram
     found_gap, found_error, _ = _paired_gap(found, "static, from barter's end")
     cost, _, _ = _paired_gap(poor, "static")
     repair, repair_error, _ = _paired_gap(poor, "barter, piled start")
-    lines = [f"At the even start BARTER is {_side(barter, barter_error)} Static ({barter:+.2f} points of "
+    lines = [f"At the even start BARTER is {_side(barter, barter_error)} Static ({signed(barter)} points of "
              f"validation Top-1, paired over {n} seeds)."]
     if _side(found_gap, found_error) != "above":
         lines.append(f"Static trained from the allocation BARTER ends with is {_side(found_gap, found_error)} "
-                     f"the even Static ({found_gap:+.2f}): the allocation the updates move towards is no better "
+                     f"the even Static ({signed(found_gap)}): the allocation the updates move towards is no better "
                      "a network to train than the even one, so moving units cannot pay here, and what the "
                      "moves cost (section 2) is a net loss or, at best, no gain.")
     else:
         lines.append(f"Static trained from the allocation BARTER ends with is above the even Static "
-                     f"({found_gap:+.2f}): the updates find a better allocation, and BARTER's own gap is what "
+                     f"({signed(found_gap)}): the updates find a better allocation, and BARTER's own gap is what "
                      "it keeps of it after paying for the moves on the way there (section 2).")
     # a negative worth reads as a riddle: say which start is the better one
-    better = (f"the even start is worth {cost:+.2f} points to Static over the piled one" if cost >= 0 else
-              f"the piled start is worth {-cost:+.2f} points to Static over the even one")
+    better = (f"the even start is worth {signed(cost)} points to Static over the piled one" if cost >= 0 else
+              f"the piled start is worth {signed(-cost)} points to Static over the even one")
     lines.append(f"How much the allocation matters at all: {better}, and from the piled start BARTER is "
-                 f"{_side(repair, repair_error)} Static ({repair:+.2f}).")
+                 f"{_side(repair, repair_error)} Static ({signed(repair)}).")
     return " ".join(lines)

@@ -16,7 +16,7 @@ from ..errors import BarterError
 from .experiments import final_allocations
 from .figures import MAX_WIDTH_IN, stacked_panels
 from .palette import DENSE_COLOR, METHOD_ORDER, METHOD_PALETTE, method_legend, method_style, require_method_legend
-from .tables import column_words
+from .tables import column_words, signed
 
 
 def budget_table(densities=(0.1, 0.3, 0.5, 0.7), models=("cct-paper", "vit-paper", "cct-mini")) -> pd.DataFrame:
@@ -219,7 +219,7 @@ def plot_ablation_differences(differences: pd.DataFrame, reference: str = "barte
     sns.barplot(long, x="variant", y="difference", hue="metric", ax=ax, palette=sns.color_palette("colorblind", 2))
     for container, metric in zip(ax.containers, ("Top-1", "macro-F1")):
         scores = long[long["metric"] == metric]["score"]
-        ax.bar_label(container, labels=[f"{d:+.2f}\n({s:.1f})" for d, s in
+        ax.bar_label(container, labels=[f"{signed(d)}\n({s:.1f})" for d, s in
                                         zip(long[long["metric"] == metric]["difference"], scores)],
                      fontsize="small", padding=2)
     ax.axhline(0, color="black", lw=0.8)

@@ -25,7 +25,7 @@ from .figures import plain_log_labels, stacked_panels
 from .seed_noise import RULE, beyond_noise
 from .profiles import Profile
 from .palette import BARTER_COLOR, require_method_legend
-from .tables import count_noun
+from .tables import count_noun, signed
 
 def multiplier_run(setup: Profile, multiplier: float, density: float, seed: int) -> RunConfig:
     """The profile's BARTER run with the paper's transfer counts times ``multiplier``."""
@@ -154,9 +154,9 @@ def what_this_showed(runs: pd.DataFrame) -> str:
     line = (f"- **Accuracy.** {high:g}x moved {count_noun(ours.loc[high, ('head_transfers', 'mean')], 'head')} and "
             f"{count_noun(ours.loc[high, ('ffn_transfers', 'mean')], 'FFN channel')} against "
             f"{ours.loc[low, ('head_transfers', 'mean')]:.0f} and {ours.loc[low, ('ffn_transfers', 'mean')]:.0f} "
-            f"at {low:g}x, and changed test Top-1 by {gain:+.2f} points")
+            f"at {low:g}x, and changed test Top-1 by {signed(gain)} points")
     if low in paper.index and high in paper.index:
-        line += f" (the paper, ViT/Tiny-ImageNet: {paper.loc[high, 'acc_mean'] - paper.loc[low, 'acc_mean']:+.2f})"
+        line += f" (the paper, ViT/Tiny-ImageNet: {signed(paper.loc[high, 'acc_mean'] - paper.loc[low, 'acc_mean'])})"
     line += "."
     gaps = paired_by_seed(runs, "multiplier", low)[high].dropna()
     if len(gaps) < 2:
