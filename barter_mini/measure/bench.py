@@ -46,7 +46,6 @@ from ..core.models import get_model_config
 from ..errors import BarterError, check_integer, choose
 from ..training.methods import check_methods, get_method
 from ..training.recipes import get_recipe
-from ..training.graphs import check_graphs_possible
 from ..training.parts import RunParts, parts_for_new_model
 from ..training.run_config import RunConfig
 from ..training.optimization import resolve_device
@@ -115,8 +114,6 @@ def build_training_step(model_name: str, method: str, density: float, batch: int
     """:func:`run_step` of :func:`bench_run`: the parts that ``barter-mini train --method
     METHOD`` would build, with the paper recipe's update schedule over ``total_steps``,
     executed as ``execution`` says (``--compile``, ``--recompute``, ...)."""
-    if execution.graphs:
-        check_graphs_possible(device, method)
     return run_step(bench_run(model_name, method, density, seed, execution, device), batch, total_steps, device)
 
 
