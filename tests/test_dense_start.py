@@ -360,7 +360,7 @@ def test_reading_the_results_is_composed_from_the_runs_beside_the_paper():
     text = reading_the_results(runs, paper_finetuning())
     assert "cost 0.40 of RigL's training PFLOPs (paper: 0.31)" in text
     assert "7.5 epochs instead of 3: +3.00 ± 0.00 points (beyond the seed noise)" in text and "(paper: +1.37 and +2.01)" in text
-    assert ("BARTER (82.00) is +1.00 ± 0.00 points (beyond the seed noise) from RigL, below static among the 3 "
-            "sparse methods") in text
+    assert ("BARTER (82.00) is +1.00 ± 0.00 points (beyond the seed noise) against RigL and ranks 2 of the 3 "
+            "sparse methods (above it: static).") in text
     assert "one seed" not in text
     assert "pass `seeds: [0, 1, 2]`" in reading_the_results(runs[runs["seed"] == 0])

@@ -225,7 +225,7 @@ def test_the_introductions_finetuning_sentence_names_the_epochs_that_buy_the_gai
     runs = pd.DataFrame(rows)
     assert headline(runs) == (
         "At rho = 0.3, BARTER fine-tuned for 0.40 of RigL's training compute and ended +1.00 ± 0.00 points (beyond "
-        "the seed noise) from RigL; given RigL's compute (7.5 epochs instead of 3, so much of the gain is simply "
+        "the seed noise) against RigL; given RigL's compute (7.5 epochs instead of 3, so much of the gain is simply "
         "longer training) it gained +3.00 ± 0.00 points (beyond the seed noise) over its recipe epochs (3 seeds).")
     assert headline(runs[runs["seed"] == 0]).endswith("+3.00 points over its recipe epochs (1 seed).")
     assert headline(runs[runs["schedule"] == FULL]) == "No compute-matched BARTER run was trained in this build."

@@ -35,7 +35,7 @@ from .figures import plain_log_labels, stacked_panels
 from .profiles import Profile
 from .seed_noise import beyond_noise
 from .palette import method_legend, method_style, require_method_legend
-from .tables import settings_markdown, signed
+from .tables import listed, settings_markdown, signed
 
 
 @dataclass(frozen=True)
@@ -284,9 +284,9 @@ def reading_the_results(runs: pd.DataFrame, paper: pd.DataFrame | None = None) -
             ranked = full[full["method"] != "dense"].groupby("method")["acc"].mean().sort_values(ascending=False)
             above = [m for m in ranked.index if ranked[m] > ranked["barter"]]
             vs_rigl = _paired(at, "barter", FULL, rigl)
-            lines.append(f"After the recipe's epochs BARTER ({ranked['barter']:.2f}) is {_gap(vs_rigl)} from RigL, "
-                         f"{'first' if not above else 'below ' + ', '.join(above)} among the "
-                         f"{len(ranked)} sparse methods.")
+            ahead = f" (above it: {listed(above)})" if above else ""
+            lines.append(f"After the recipe's epochs BARTER ({ranked['barter']:.2f}) is {_gap(vs_rigl)} against "
+                         f"RigL and ranks {len(above) + 1} of the {len(ranked)} sparse methods{ahead}.")
     if runs["seed"].nunique() < 2:
         lines.append("On one seed a gap of a point or less is within the seed-to-seed noise: pass "
                      "`seeds: [0, 1, 2]` before reading an ordering into these numbers.")
@@ -312,7 +312,7 @@ def headline(runs: pd.DataFrame) -> str:
     matched = at[(at["method"] == "barter") & (at["schedule"] == MATCHED)]
     seeds = at["seed"].nunique()
     sentence = (f"At rho = {density:g}, BARTER fine-tuned for {barter['pflops'].mean() / rigl['pflops'].mean():.2f} "
-                f"of RigL's training compute and ended {_gap(_paired(at, 'barter', FULL, rigl))} from RigL; "
+                f"of RigL's training compute and ended {_gap(_paired(at, 'barter', FULL, rigl))} against RigL; "
                 f"given RigL's compute ({matched['epochs'].mean():.1f} epochs instead of {barter['epochs'].mean():.0f}, "
                 f"so much of the gain is simply longer training) it gained "
                 f"{_gap(_paired(at, 'barter', MATCHED, barter))} over its recipe epochs "
