@@ -362,5 +362,7 @@ def test_reading_the_results_is_composed_from_the_runs_beside_the_paper():
     assert "7.5 epochs instead of 3: +3.00 ± 0.00 points (beyond the seed noise)" in text and "(paper: +1.37 and +2.01)" in text
     assert ("BARTER (82.00) is +1.00 ± 0.00 points (beyond the seed noise) against RigL and ranks 2 of the 3 "
             "sparse methods (above it: static).") in text
+    first = reading_the_results(runs[runs["method"] != "static"])
+    assert "against RigL and ranks 1 of the 2 sparse methods." in first and "above it" not in first
     assert "one seed" not in text
     assert "pass `seeds: [0, 1, 2]`" in reading_the_results(runs[runs["seed"] == 0])
