@@ -27,6 +27,9 @@ from torch.overrides import TorchFunctionMode
 from ..core.budgets import Allocation, check_allocation
 from ..core.configs import ModelConfig
 from ..core.models import FAMILIES, build_model
+# the one rule of which timm options load weights: a checkpoint's settings, like a model name,
+# rebuild an architecture and may not name what to load
+from ..core.models.timm_vit import TIMM_LOADING_OPTIONS, loads_weights
 from ..errors import BarterError
 
 #: what building a model from a file's settings can end in (a size of 0, a patch larger than
@@ -106,9 +109,6 @@ CONFIG_COUNTS = {"img_size": 1, "in_chans": 1, "num_classes": 1, "depth": 1, "em
                  "patch_size": 1, "prefix_tokens": 0}
 #: ... the fields that name something (``timm_model`` may also be None), and the pairs of ``timm_kwargs``
 CONFIG_NAMES = ("name", "family", "default_dataset", "timm_model")
-#: ``timm.create_model``'s own options that load weights from a file or the network: a
-#: checkpoint's settings rebuild an architecture and may not name what to load
-TIMM_LOADING_OPTIONS = ("pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "checkpoint_path", "cache_dir")
 #: ... the counts of layers (encoder layers, tokenizer convolutions): each holds a tensor, so
 #: there are at most as many as the file holds tensors
 LAYER_COUNTS = ("depth", "conv_layers")
@@ -158,7 +158,7 @@ def check_model_entries(checkpoint: dict, path: Path) -> tuple[ModelConfig, Allo
                  f"one of {', '.join(FAMILIES)}")
     pairs = saved.get("timm_kwargs", ())
     check_entry(path, "model_config.timm_kwargs", pairs, lambda v: isinstance(v, (list, tuple)) and all(
-        isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str) and p[0] not in TIMM_LOADING_OPTIONS
+        isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str) and not loads_weights(p[0])
         and _plain(p[1]) for p in v), "(name, value) pairs of timm.create_model options that name no file or "
                                       "download (" + ", ".join(TIMM_LOADING_OPTIONS) + ")")
     try:

@@ -19,7 +19,11 @@ LayerNorm over all heads) or a gate, and gated or normalised MLPs (``GluMlp``, `
 A model name comes from the command line, a sweep grid or a notebook parameter, so its size
 is bounded before anything is built: the name's length and its number of options, each
 number in an option, the depth (each layer is Python objects, built one by one), and the
-model's parameters, counted on PyTorch's ``meta`` device, which allocates nothing.
+model's parameters, counted on PyTorch's ``meta`` device, which allocates nothing. A model
+name describes an architecture only: options of ``timm.create_model`` that load weights from
+a file or the network (:data:`TIMM_LOADING_OPTIONS`, :func:`loads_weights`) are refused, on
+the command line as in a checkpoint's settings (weights come in through ``--init``, whose
+files are checked).
 """
 
 from __future__ import annotations
@@ -64,8 +68,13 @@ def describe_timm_vit(model: nn.Module, name: str | None = None, kwargs: dict | 
     sizes read off the model (image and patch size, channels, classes, width, depth, heads,
     MLP width, qkv bias). The description is checked by rebuilding the model from it: if
     the rebuilt state dict differs in any key or shape, pass the ``kwargs`` the model was
-    created with.
+    created with. ``kwargs`` that would load weights (:func:`loads_weights`) are refused: a
+    checkpoint of the model could not be read back.
     """
+    loading = sorted(key for key in (kwargs or {}) if loads_weights(key))
+    if loading:
+        raise BarterError(f"timm options {', '.join(loading)} load weights: describe the architecture only "
+                          "(load the weights into the model first)")
     check_resizable(model)
     name = name or getattr(model, "pretrained_cfg", {}).get("architecture")
     if not name:
@@ -109,6 +118,18 @@ MAX_DEPTH = 256
 #: the most parameters and buffer elements a model may hold (2 billion: timm's largest ViT,
 #: vit_gigantic, holds 1.8 billion; 8 GB in fp32 before any gradient or optimizer state)
 MAX_PARAMETERS = 2_000_000_000
+#: ``timm.create_model``'s own options that load weights from a file or the network, and what
+#: they read or where they cache it; every option named ``pretrained...`` counts too
+#: (:func:`loads_weights`)
+TIMM_LOADING_OPTIONS = ("pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "pretrained_strict",
+                        "checkpoint_path", "cache_dir")
+
+
+def loads_weights(option: str) -> bool:
+    """Whether the ``timm.create_model`` option ``option`` loads weights (or says from where):
+    one of :data:`TIMM_LOADING_OPTIONS` or any ``pretrained...`` option. A model's options
+    (on the command line, in a checkpoint's settings) rebuild an architecture only."""
+    return option in TIMM_LOADING_OPTIONS or option.startswith("pretrained")
 
 
 def _option_value(text: str):
@@ -137,7 +158,8 @@ def _numbers_in(value):
 
 def _parse_options(name: str, given: str) -> dict:
     """The keyword arguments of ``key=value,...``, each bounded (:data:`MAX_OPTIONS`,
-    :data:`MAX_OPTION_NUMBER`, :data:`MAX_DEPTH`) before timm sees any of them."""
+    :data:`MAX_OPTION_NUMBER`, :data:`MAX_DEPTH`) and none loading weights (:func:`loads_weights`)
+    before timm sees any of them."""
     items = [item for item in given.split(",") if item]
     if len(items) > MAX_OPTIONS:
         raise BarterError(f"timm:{name} has {len(items)} options: at most {MAX_OPTIONS} are accepted")
@@ -146,6 +168,10 @@ def _parse_options(name: str, given: str) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key.isidentifier():
             raise BarterError(f"timm model option {item!r}: write key=value, e.g. timm:{name}:patch_size=4")
+        if loads_weights(key):
+            raise BarterError(f"timm model option {key}=...: a model name describes an architecture and may not load "
+                              "weights from a file or the network (" + ", ".join(TIMM_LOADING_OPTIONS) + "); "
+                              "give the weights' file as --init")
         kwargs[key] = _option_value(value)
         for number in _numbers_in(kwargs[key]):
             if not abs(number) <= MAX_OPTION_NUMBER:          # nan too

@@ -1,0 +1,52 @@
+"""Inputs of a shared machine that must never cost a run or print a traceback: model options
+that would load a file, damaged JSON of any depth, settings read from a file, a full disk,
+paths the system refuses, array headers that lie, and control characters in paths.
+
+Every refusal on the command line is exit status 2 and one ``error: ...`` line (argparse's
+refusal of a flag: its usage, then one error line), before any work where the input is
+given on the command line.
+"""
+
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+
+from barter_mini.core.models import get_model_config, timm_vit
+from barter_mini.errors import BarterError
+
+from test_adversarial import SMOKE, TIMM_SPEC, one_line, run_cli
+
+# ----------------------------------------------------------------------------- model options that load files
+
+@pytest.mark.parametrize("option", ["checkpoint_path=WEIGHTS", "pretrained=True", "pretrained_cfg='x'",
+                                    "pretrained_cfg_overlay={'file':'WEIGHTS'}", "cache_dir='/tmp'",
+                                    "pretrained_strict=False"])
+def test_a_model_option_that_loads_weights_is_refused_before_training(option, tmp_path, capsys, monkeypatch):
+    """``--model timm:ARCH:...,checkpoint_path=FILE`` once trained to the end and then refused
+    its own best.pt; now the name is refused as it is parsed, and nothing is trained."""
+    weights = tmp_path / "vit.pth"
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, patch_size=2, embed_dim=96, num_heads=6,
+                            depth=3, img_size=8, in_chans=1, num_classes=10)
+    torch.save(vit.state_dict(), weights)
+    spec = f"{TIMM_SPEC},img_size=8,in_chans=1,num_classes=10,{option.replace('WEIGHTS', str(weights))}"
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("timm loaded weights named by a model option")
+    monkeypatch.setattr(timm.models._factory, "load_checkpoint", no_loading)
+    status, err = run_cli(["train", "--method", "dense", "--model", spec, *SMOKE, "--out", tmp_path / "run"], capsys)
+    line = one_line(err)
+    assert status == 2 and option.partition("=")[0] in line and "--init" in line, err
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(BarterError, match="may not load weights"):
+        get_model_config(spec)
+
+
+def test_the_command_line_and_a_checkpoint_share_one_rule_of_loading_options():
+    from barter_mini.training import checkpoint_contents
+
+    assert checkpoint_contents.loads_weights is timm_vit.loads_weights
+    assert all(map(timm_vit.loads_weights, ("checkpoint_path", "cache_dir", "pretrained_cfg_overlay",
+                                            "pretrained_filter_fn")))
+    assert not any(map(timm_vit.loads_weights, ("patch_size", "img_size", "qkv_bias", "drop_path_rate")))
