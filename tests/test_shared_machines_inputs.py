@@ -7,6 +7,7 @@ refusal of a flag: its usage, then one error line), before any work where the in
 given on the command line.
 """
 
+import json
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,22 @@ import torch
 
 from barter_mini.core.models import get_model_config, timm_vit
 from barter_mini.errors import BarterError
+from barter_mini.training import cache
+from barter_mini.training.checkpoints import read_json
 
 from test_adversarial import SMOKE, TIMM_SPEC, one_line, run_cli
+
+#: a JSON document nested far beyond Python's recursion limit
+NESTED = "[" * 100_000
+
+
+def cli(argv, capsys) -> tuple[int, str]:
+    """:func:`run_cli`, argparse's refusal (SystemExit) included."""
+    try:
+        return run_cli(argv, capsys)
+    except SystemExit as exit_:
+        return exit_.code, capsys.readouterr().err
+
 
 # ----------------------------------------------------------------------------- model options that load files
 
@@ -50,3 +65,48 @@ def test_the_command_line_and_a_checkpoint_share_one_rule_of_loading_options():
     assert all(map(timm_vit.loads_weights, ("checkpoint_path", "cache_dir", "pretrained_cfg_overlay",
                                             "pretrained_filter_fn")))
     assert not any(map(timm_vit.loads_weights, ("patch_size", "img_size", "qkv_bias", "drop_path_rate")))
+
+
+# ----------------------------------------------------------------------------- damaged JSON of any depth
+
+@pytest.mark.parametrize("text", [NESTED, "{\"a\":" * 100_000, "1" * 10_000, "[1, 2"])
+def test_a_damaged_json_file_of_any_depth_is_one_line_naming_it(text, tmp_path):
+    path = tmp_path / "metrics.json"
+    path.write_text(text)
+    with pytest.raises(BarterError) as error:
+        read_json(path)
+    assert str(path) in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_deeply_nested_completion_record_is_a_damaged_entry(tmp_path):
+    """A cache entry whose complete.json nests beyond the recursion limit: "damaged", trained again."""
+    entry = tmp_path / "static-entry"
+    entry.mkdir()
+    (entry / cache.COMPLETION_RECORD).write_text(NESTED)
+    (entry / "metrics.json").write_text(NESTED)
+    state, why = cache.entry_state(entry)
+    assert state == "damaged" and why
+
+
+def test_a_deeply_nested_metrics_json_is_one_line_at_every_reader(tmp_path, capsys):
+    matched = tmp_path / "matched"
+    matched.mkdir()
+    (matched / "metrics.json").write_text(NESTED)
+    status, err = run_cli(["train", "--method", "barter", *SMOKE, "--match-compute", matched,
+                           "--out", tmp_path / "cm"], capsys)
+    assert status == 2 and str(matched / "metrics.json") in one_line(err)
+
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    (resumed / "metrics.json").write_text(NESTED)
+    status, err = run_cli(["train", "--method", "barter", *SMOKE, "--resume", "--out", resumed], capsys)
+    assert status == 2 and str(resumed / "metrics.json") in one_line(err)
+
+
+@pytest.mark.parametrize("value", [NESTED, "[" * 500 + "]" * 500, "1" * 10_000])
+def test_a_nested_parameter_value_is_one_error_line(value, capsys):
+    status, err = cli(["sweep", "--book", "smoke", "--dry-run", "--parameter", f"seeds={value}"], capsys)
+    lines = err.strip().splitlines()
+    assert status == 2 and "Traceback" not in err, err[-2000:]
+    assert [line for line in lines if "error:" in line] == lines[-1:] and "seeds" in lines[-1], err[-2000:]
+    assert len(lines[-1]) < 400

@@ -24,14 +24,41 @@ def comma_list(convert, what: str):
     return parse
 
 
+#: the deepest nesting of a ``--parameter`` value's lists and objects (a notebook's
+#: parameters are numbers, strings and lists of them)
+MAX_PARAMETER_DEPTH = 16
+
+
+def json_depth(value) -> int:
+    """How many lists and dicts ``value`` nests (0 for a number or a string, 1 for
+    ``[0, 1, 2]``), counted without recursion, so no nesting reaches Python's recursion limit."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            pending += [(child, depth + 1) for child in (item.values() if isinstance(item, dict) else item)]
+    return deepest
+
+
 def notebook_parameter(text: str) -> tuple[str, object]:
     name, equals, value = text.partition("=")
     if not (name.isidentifier() and equals):
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE (VALUE in JSON, e.g. seeds=[0,1,2]), got {text!r}")
     try:
-        return name, json.loads(value)
+        parsed = json.loads(value)
     except json.JSONDecodeError:
         return name, value          # a bare word: a string, as papermill reads cifar10
+    except (ValueError, RecursionError, MemoryError) as error:   # too many digits, too deep for the parser
+        raise argparse.ArgumentTypeError(f"{name}'s value cannot be read as JSON ({type(error).__name__}): give "
+                                         f"numbers, strings and lists nested at most {MAX_PARAMETER_DEPTH} deep, "
+                                         "e.g. seeds=[0,1,2]") from None
+    depth = json_depth(parsed)
+    if depth > MAX_PARAMETER_DEPTH:
+        raise argparse.ArgumentTypeError(f"{name}'s value nests {depth} lists or objects deep: give "
+                                         f"numbers, strings and lists nested at most {MAX_PARAMETER_DEPTH} deep, "
+                                         "e.g. seeds=[0,1,2]")
+    return name, parsed
 
 
 def non_negative_int(text: str) -> int:

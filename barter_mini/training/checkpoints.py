@@ -192,14 +192,23 @@ def write_json(path: Path, data: Any) -> Path:
     return write_atomically(path, write)
 
 
+#: what parsing a damaged JSON file ends in: a syntax error or bad UTF-8 (ValueError), an
+#: integer of more digits than Python converts (ValueError), nesting deeper than the parser's
+#: recursion limit (``"[" * 100000``: RecursionError) or than memory holds
+JSON_ERRORS = (ValueError, RecursionError, MemoryError)
+
+
 def read_json(path: Path) -> Any:
-    """The JSON document at ``path``; a one-line error naming the file if it is not one."""
+    """The JSON document at ``path``; a one-line error naming the file if it is not one
+    (whatever parsing it ends in, :data:`JSON_ERRORS`)."""
     try:
         with open(path) as f:
             return json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise BarterError(f"{path} is not a readable JSON file ({type(error).__name__}: {error}): "
-                          "it may be truncated; delete it and train the run again") from None
+    except JSON_ERRORS as error:
+        detail = str(error).strip().splitlines()[0][:160] if str(error).strip() else ""
+        raise BarterError(f"{path} is not a readable JSON file ({type(error).__name__}"
+                          f"{': ' + detail if detail else ''}): it may be truncated or damaged; "
+                          "delete it and train the run again") from None
 
 
 def save_checkpoint(path: Path, checkpoint: dict) -> Path:

