@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 FASHION_DEBIAN := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install system-book system-test data test test-fast book lab gpu-bench clean
+.PHONY: install system-book system-test data test test-fast fuzz book lab gpu-bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,12 @@ test: system-test data
 # `make test` (and CI) runs everything.
 test-fast: system-test data
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+# The property tests (hypothesis, marked `property` by tests/conftest.py) with fresh examples
+# on every run, ten times as many: the developer's own search for new failures. `make test`
+# and `make test-fast` run them derandomized (a fixed seed), so CI fails only on a change.
+fuzz: install
+	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -m property $(PYTEST_ARGS)
 
 # The runs every notebook reads are trained first, BOOK_JOBS at a time with the cores shared
 # out among them (on two cores two one-thread runs side by side beat one two-thread run;

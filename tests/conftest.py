@@ -1,9 +1,44 @@
+import os
+
 import pytest
+from hypothesis import settings
 
 from barter_mini.core.configs import ModelConfig
 from barter_mini.core.models import get_model_config
 
 from helpers import TINY_CCT, TINY_VIT
+
+
+#: the environment variable that picks the hypothesis profile of the property tests
+PROFILE_ENV = "HYPOTHESIS_PROFILE"
+#: how many times a test's own examples the fuzz profile draws
+FUZZ_FACTOR = 10
+# "ci" (the default, `make test`): every property test draws the same examples on every run
+# (derandomized: a fixed seed), so a failure is a change's, never the draw's. "fuzz" (`make
+# fuzz`, the developer's own lane): fresh examples on every run, FUZZ_FACTOR times as many,
+# kept in .hypothesis/ so a failure found once is tried first the next time.
+settings.register_profile("ci", derandomize=True)
+settings.register_profile("fuzz", derandomize=False, max_examples=FUZZ_FACTOR * settings.default.max_examples)
+settings.load_profile(os.environ.get(PROFILE_ENV, "ci"))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "property: a hypothesis property test (`make fuzz` runs these alone)")
+
+
+def fuzzed(test) -> None:
+    """Under the fuzz profile, a property test whose own ``@settings`` fix its seed or its
+    number of examples draws fresh examples, :data:`FUZZ_FACTOR` times as many (a test's own
+    settings otherwise win over the profile's; one without them has the profile's already)."""
+    test = getattr(test, "__func__", test)          # a test method: its function
+    own = getattr(test, "_hypothesis_internal_use_settings", None)
+    if own is None or getattr(test, "fuzzed", False):      # parametrized: one function, many items
+        return
+    test.fuzzed = True
+    examples = own.max_examples
+    test._hypothesis_internal_use_settings = settings(
+        own, derandomize=False,
+        max_examples=examples if examples == settings.default.max_examples else FUZZ_FACTOR * examples)
 
 
 @pytest.fixture(params=["cct", "vit"])
@@ -49,6 +84,12 @@ SLOW_TESTS = (
 
 
 def pytest_collection_modifyitems(config, items):
+    fuzzing = os.environ.get(PROFILE_ENV, "ci") == "fuzz"
     for item in items:
         if item.nodeid.split("[")[0].removeprefix("tests/") in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+        test = getattr(item, "obj", None)
+        if getattr(test, "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.property)
+            if fuzzing:
+                fuzzed(test)

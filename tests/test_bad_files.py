@@ -424,3 +424,16 @@ def test_settings_that_do_not_fit_the_weights_are_refused_before_a_model_is_buil
 
 def test_every_model_setting_is_checked():
     assert set(CONFIG_COUNTS) | set(CONFIG_NAMES) | {"timm_kwargs"} == {f.name for f in fields(ModelConfig)}
+
+
+@pytest.mark.parametrize("key, value", [("method", "\x00arter"), ("method", ["barter"]), ("density", "0.5"),
+                                        ("density", float("nan")), ("density", 7.0)])
+def test_a_run_setting_read_from_best_pt_is_refused_naming_the_file(files, tmp_path, capsys, key, value):
+    """A best.pt whose stored run names a method this version lacks, or a density no run
+    has: export's refusal names the file, as every refusal of a setting read from a file does."""
+    state = torch.load(io.BytesIO(files["best"]), weights_only=True)
+    run_dir = tmp_path / "run"
+    save_checkpoint(run_dir / "best.pt", {**state, "run": {**state["run"], key: value}})
+    status, err = run_cli(["export", run_dir, "--out", tmp_path / "exported.pt"], capsys)
+    assert key in refused(status, err, run_dir / "best.pt")
+    assert not (tmp_path / "exported.pt").exists()

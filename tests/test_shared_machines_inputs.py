@@ -8,6 +8,7 @@ given on the command line.
 """
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,16 @@ def test_a_nested_parameter_value_is_one_error_line(value, capsys):
     assert status == 2 and "Traceback" not in err, err[-2000:]
     assert [line for line in lines if "error:" in line] == lines[-1:] and "seeds" in lines[-1], err[-2000:]
     assert len(lines[-1]) < 400
+
+
+# ----------------------------------------------------------------------------- property tests in CI
+
+def test_property_tests_draw_the_same_examples_unless_fuzzing():
+    """CI's property tests are derandomized (a fixed seed): a failure is a change's, not the
+    draw's; ``make fuzz`` runs them with fresh draws (``HYPOTHESIS_PROFILE=fuzz``)."""
+    from hypothesis import settings
+
+    fuzzing = os.environ.get("HYPOTHESIS_PROFILE", "ci") == "fuzz"
+    assert settings.default.derandomize is not fuzzing
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    assert "HYPOTHESIS_PROFILE=fuzz" in makefile and "-m property" in makefile

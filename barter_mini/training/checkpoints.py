@@ -49,9 +49,10 @@ from typing import Any, Callable
 import torch
 
 from ..core.models import CompactTransformer, build_model
-from ..errors import BarterError
+from ..errors import BarterError, choose
 from .checkpoint_contents import (ENTRY_CHECKS, building_from, check_entry, check_model_entries, check_weights,
-                                  model_shapes)
+                                  finite_number, model_shapes)
+from .methods import METHODS
 
 #: the layout of every checkpoint this version writes and reads (``best.pt``, ``last.pt``);
 #: 3: only plain types (NumPy's generator states as lists), read with ``weights_only=True``
@@ -353,7 +354,24 @@ def check_checkpoint(checkpoint: Any, path: Path, keys: tuple[str, ...] = MODEL_
     for key in keys:
         if key in ENTRY_CHECKS:
             check_entry(path, key, checkpoint[key], *ENTRY_CHECKS[key])
+    if "run" in keys:
+        check_run_settings(checkpoint["run"], path)
     return checkpoint
+
+
+def check_run_settings(run: dict, path: Path) -> None:
+    """The settings of a run read from the file ``path`` that are looked up or printed before
+    the run is compared with any other (``export``: its method and density), refused in one
+    line that names the file: a method this version lacks, a density outside (0, 1]."""
+    if "method" in run:
+        try:
+            choose("method", run["method"], METHODS)
+        except BarterError as error:
+            raise BarterError(f"{path}: the run's {error}: the file is damaged or of another version; "
+                              "retrain the run") from None
+    if "density" in run:
+        check_entry(path, "run.density", run["density"], lambda v: finite_number(0.0, 1.0)(v) and v > 0,
+                    "a number in (0, 1]")
 
 
 def model_from_checkpoint(checkpoint: dict, device: torch.device | str = "cpu",

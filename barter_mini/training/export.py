@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..core.counting import count_parameters
 from ..core.surgery import allocation_of
+from .checkpoint_contents import building_from
 from .checkpoints import CHECKPOINT_FORMAT, RUN_KEYS, load_checkpoint, model_from_checkpoint, save_checkpoint
 from ..errors import BarterError
 from .methods import get_method
@@ -51,7 +52,8 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "best.pt"
                           "pass a run folder written by barter-mini train with this version")
     method = state["run"]["method"]
     model = model_from_checkpoint(state, path=path).eval()
-    model = get_method(method).controller.smallest_dense_form(model, state["controller"])
+    with building_from(path):           # the method and its state are the file's: a refusal names it
+        model = get_method(method).controller.smallest_dense_form(model, state["controller"])
     exported = {"format": CHECKPOINT_FORMAT, "method": method, "density": state["run"]["density"],
                 "model_config": state["model_config"], "allocation": allocation_of(model).as_dict(),
                 "model": model.state_dict()}
