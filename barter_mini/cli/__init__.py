@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 import os
 import sys
 from pathlib import Path
@@ -70,11 +71,26 @@ def cmd_describe(args) -> int:
     return 0
 
 
+def matched_pflops(run_dir: str) -> float:
+    """The training PFLOPs the finished run ``run_dir`` recorded (``--match-compute``); a value
+    that is no positive finite number is refused in one line naming its metrics.json."""
+    try:
+        pflops = read_train_pflops(run_dir)
+    except BarterError:
+        raise
+    except (TypeError, ValueError, OverflowError, LookupError):      # a list, None, text: float() of it
+        pflops = math.nan
+    if not (math.isfinite(pflops) and pflops > 0):
+        raise BarterError(f"{Path(run_dir) / 'metrics.json'} records a train_pflops that is no positive number: "
+                          "the file is damaged; retrain that run with this version")
+    return pflops
+
+
 def cmd_train(args) -> int:
     if args.pflops is not None and args.match_compute:
         raise BarterError("give either --pflops or --match-compute, not both")
     if args.match_compute:
-        args.pflops = read_train_pflops(args.match_compute)
+        args.pflops = matched_pflops(args.match_compute)
     run = run_from_args(args)
     metrics = train(run, args.out, resume=args.resume, checkpoint_every=args.checkpoint_every)
     if os.environ.get("RANK", "0") != "0":      # under torchrun, rank 0 alone reports
@@ -166,7 +182,7 @@ def cmd_bench(args) -> int:
 
 def cmd_sweep(args) -> int:
     from ..training.cache import default_cache_dir
-    from ..training.sweep import ExecutorSettings, run_sweep, sweep_grid_stage
+    from ..training.sweep import ExecutorSettings, default_logs, run_sweep, sweep_grid_stage
 
     if args.cache_dir:
         # the jobs (child processes, Slurm jobs) and the book's run listings read it from here
@@ -192,7 +208,7 @@ def cmd_sweep(args) -> int:
         stages = sweep_grid_stage(args.methods, args.densities or [0.3], args.seeds or [0],
                                   **{name: value for name, value in given.items() if value is not None})
     settings = ExecutorSettings(
-        kind=args.executor, logs=Path(args.logs) if args.logs else cache_dir.parent / "sweep-logs",
+        kind=args.executor, logs=Path(args.logs) if args.logs else default_logs(),
         jobs=args.jobs, partition=args.partition,
         gpus_per_job=args.gpus_per_job if args.gpus_per_job is not None else int(args.executor == "slurm"),
         cpus_per_job=args.cpus_per_job, time_min=args.time, array_parallelism=args.array_parallelism,
@@ -334,7 +350,7 @@ def _sweep_parser(sub) -> None:
     jobs.add_argument("--executor", default="local", help="local (processes on this machine) or slurm")
     jobs.add_argument("--jobs", type=arguments.positive_int, default=1, help="local: runs training at once (default 1)")
     jobs.add_argument("--logs", help="submitit's folder: each job's stdout, stderr and pickles "
-                                     "(default: sweep-logs beside the cache)")
+                                     "(default: ~/.cache/barter-mini/sweep-logs, private to you)")
     jobs.add_argument("--partition", help="slurm: the partition (default: the cluster's)")
     jobs.add_argument("--gpus-per-job", type=arguments.non_negative_int, help="GPUs per run (default: 1 on Slurm, 0 locally)")
     jobs.add_argument("--cpus-per-job", type=arguments.positive_int, help="slurm: CPUs per run")

@@ -30,9 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shlex
 import shutil
-import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -44,9 +42,9 @@ import torch
 
 from ..errors import BarterError, check_integer, choose
 from .cache import TRAIN_ENV, cached_train, check_cache_dir, entry_state, run_dir, run_is_locked
-from .checkpoints import ensure_folder
 from .methods import check_methods, get_method
 from .run_config import RunConfig
+from .trusted_folders import check_trusted_folder
 
 EXECUTORS = ("local", "slurm")
 #: a local job's time limit when none is given: submitit's own default (2 minutes) would
@@ -88,6 +86,15 @@ def grid_runs(methods: Sequence[str], densities: Sequence[float], seeds: Sequenc
     return runs
 
 
+def default_logs() -> Path:
+    """submitit's folder when ``--logs`` is not given: ``barter-mini/sweep-logs`` in the user's
+    cache folder (``$XDG_CACHE_HOME``, else ``~/.cache``), private to the user and never beside a
+    run cache that others may share. On a cluster the home folder is the one the nodes see."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
+    return root / "barter-mini" / "sweep-logs"
+
+
 @dataclass(frozen=True)
 class ExecutorSettings:
     """Where the jobs run. ``local``: ``jobs`` at once on this machine. ``slurm``: one array
@@ -95,10 +102,10 @@ class ExecutorSettings:
     ``cpus_per_job`` CPUs per run, at most ``array_parallelism`` running at once (None: as
     many as Slurm allows). ``time_min``: each job's time limit in minutes (None:
     :data:`LOCAL_TIME_MIN` or :data:`SLURM_TIME_MIN`); a job that reaches it is requeued and
-    resumes. ``logs``: submitit's folder (job pickles, stdout and stderr per job)."""
+    resumes. ``logs``: submitit's folder (job pickles, stdout and stderr per job; :func:`default_logs`)."""
 
     kind: str = "local"
-    logs: Path = Path("runs/sweep-logs")
+    logs: Path = field(default_factory=default_logs)
     jobs: int = 1
     partition: str | None = None
     gpus_per_job: int = 0
@@ -137,33 +144,15 @@ class ExecutorSettings:
 
 
 def private_folder(folder: Path) -> Path:
-    """``folder`` (links resolved), created ``0700`` if missing, if it is a folder that only
-    this user owns and may write; else a one-line error.
+    """``folder`` (links resolved), created ``0700`` if missing, once it is this user's own and
+    neither it nor any folder above it can be written by another user
+    (:func:`~barter_mini.training.trusted_folders.open_trusted_folder`); else a one-line error.
 
-    submitit keeps each job's arguments and result there as pickles, and the sweep unpickles
-    the results: anyone who could write that folder could swap a result for a pickle that runs
-    their code in the sweep's process. Slurm's nodes run the jobs as the same user, so a
-    private folder costs nothing."""
-    folder = Path(folder).resolve()
-    try:
-        if not folder.exists():
-            ensure_folder(folder.parent)
-            with contextlib.suppress(FileExistsError):      # another sweep made it meanwhile: checked below
-                os.mkdir(folder, mode=0o700)
-        found = os.stat(folder)
-    except OSError as error:
-        raise BarterError(f"cannot create submitit's folder {folder} (--logs; {error.strerror or type(error).__name__}): "
-                          "give a folder you own") from None
-    if not stat.S_ISDIR(found.st_mode):
-        raise BarterError(f"submitit's folder {folder} (--logs) is not a folder: give a folder you own")
-    if found.st_uid != os.geteuid():
-        raise BarterError(f"submitit's folder {folder} (--logs) belongs to another user: the sweep reads the "
-                          "pickles there, so it must be yours alone; give a folder of your own with --logs")
-    if found.st_mode & 0o022:
-        raise BarterError(f"submitit's folder {folder} (--logs) may be written by others (mode "
-                          f"{stat.S_IMODE(found.st_mode):04o}): the sweep reads the pickles there, so it must be "
-                          f"yours alone; make it private (chmod 700 {shlex.quote(str(folder))}) or give another --logs")
-    return folder
+    submitit keeps each job's arguments and result there as pickles, which the jobs and the
+    sweep unpickle: anyone who could write that folder, or rename it from the folder above,
+    could swap them for pickles that run their code in the sweep's account. Slurm's nodes run
+    the jobs as the same user, so a private folder costs nothing."""
+    return check_trusted_folder(folder, f"submitit's folder {folder} (--logs)", create=True, private=True)
 
 
 def make_executor(settings: ExecutorSettings) -> submitit.Executor:
@@ -295,7 +284,7 @@ def plan_stage(runs: Sequence[RunConfig], cache_dir: Path, seen: set[str],
         if target.name in seen:
             continue
         seen.add(target.name)
-        state, damage = entry_state(target)
+        state, damage = entry_state(target, run)
         if state == "complete":
             settled.append(RunOutcome(target.name, "skipped"))
             continue
