@@ -1,6 +1,7 @@
 """Sweeps: grids of runs through submitit into the run cache, resumable, read-only notebooks."""
 
 import json
+from dataclasses import asdict
 import os
 import signal
 import stat
@@ -34,8 +35,9 @@ def fake_finished(run: RunConfig, cache_dir: Path) -> Path:
     """A complete cache folder holding ``run``'s metrics, without training it."""
     target = cache.run_dir(run.validate(), cache_dir)
     target.mkdir(parents=True)
-    (target / "metrics.json").write_text(json.dumps({"test_acc": 0.5, "wall_time_s": 1.0}))
-    cache.write_completion_record(target)
+    (target / "metrics.json").write_text(json.dumps({"test_acc": 0.5, "wall_time_s": 1.0,
+                                                     "run": asdict(run.validate())}))
+    cache.write_completion_record(target, target.name)
     return target
 
 
@@ -128,12 +130,17 @@ def test_orchestration_modules_and_the_cache_location_leave_keys_alone(tmp_path,
     (package / "training" / "trainer.py").write_text("x = 2\n")
     assert cache.source_digest() != base
     monkeypatch.undo()
-    # a checkpoint of a cache folder is known by that folder's name (its key), wherever the cache lies
+    # an init checkpoint is known by its SHA-256, wherever it lies: the same file in two caches is
+    # one key, and a file replaced under a cache folder's name is another
     folder = "dense-cct-mini-fashion-mnist-rho1-seed0-0123456789abcdef"
-    here, there = (cache.run_key(smoke_run(init=f"{root}/{folder}/best.pt"))
-                   for root in ("/home/me/runs/cache", "/scratch/cluster/cache"))
+    copies = [tmp_path / root / folder / "best.pt" for root in ("home-cache", "cluster-cache")]
+    for copy in copies:
+        copy.parent.mkdir(parents=True)
+        copy.write_bytes(b"the same pretrained weights")
+    here, there = (cache.run_key(smoke_run(init=str(copy))) for copy in copies)
     assert here == there
-    assert cache.run_key(smoke_run(init=f"/scratch/cluster/cache/{folder}/last.pt")) != here
+    copies[1].write_bytes(b"other weights under the same name")
+    assert cache.run_key(smoke_run(init=str(copies[1]))) != here
     assert cache.run_key(smoke_run(init="/a/pretrained/best.pt")) != cache.run_key(smoke_run(init="/b/pretrained/best.pt"))
 
 

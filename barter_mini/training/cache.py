@@ -31,9 +31,9 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import shlex
 import shutil
+import stat
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -42,11 +42,12 @@ from typing import Iterator
 from ..core.models import model_family
 from ..errors import BarterError
 from ..version import __version__
-from .checkpoints import check_can_create, ensure_folder, read_json, remove_temporary_files, write_json
+from .checkpoints import check_can_create, read_json, remove_temporary_files, write_json
 from .locking import exclusive_lock, is_locked
 from .optimization import resolve_recipe
 from .run_config import RunConfig, recipe_settings
 from .trainer import train
+from .trusted_folders import check_own_files, check_trusted_folder
 
 PACKAGE = Path(__file__).resolve().parents[1]
 #: the layers whose source determines what a training run produces (measurement, the book
@@ -54,7 +55,8 @@ PACKAGE = Path(__file__).resolve().parents[1]
 TRAINING_LAYERS = ("core", "masked", "training")
 #: modules of those layers that decide where and when runs train, not what they produce:
 #: editing them must not invalidate a cache (or a cluster's worth of sweep results)
-ORCHESTRATION_MODULES = ("training/cache.py", "training/sweep.py", "training/locking.py")
+ORCHESTRATION_MODULES = ("training/cache.py", "training/sweep.py", "training/locking.py",
+                         "training/trusted_folders.py")
 #: the environment variable that names the run cache's folder (:func:`default_cache_dir`)
 CACHE_ENV = "BARTER_MINI_CACHE"
 #: the environment variable that, set to 0, makes :func:`cached_train` read-only
@@ -63,8 +65,6 @@ TRAIN_ENV = "BARTER_MINI_TRAIN"
 COMPLETION_RECORD = "complete.json"
 #: the files of a run (``train``'s) that the completion record vouches for
 ENTRY_FILES = ("best.pt", "last.pt", "metrics.json")
-#: a cache folder's name ends with its 16-hex-digit key (:func:`run_dir`)
-CACHE_FOLDER_NAME = re.compile(r".+-[0-9a-f]{16}$")
 
 
 def default_cache_dir() -> Path:
@@ -83,18 +83,28 @@ def default_cache_dir() -> Path:
 def check_cache_dir(cache_dir: Path | None = None, writable: bool = True) -> Path:
     """``cache_dir`` (default :func:`default_cache_dir`) if it is a folder, or, where it is to
     be ``writable``, a folder that can be created; else a one-line error naming where the path
-    came from. Creates nothing."""
+    came from. Neither it nor a folder above it may be writable by another user
+    (:func:`~barter_mini.training.trusted_folders.open_trusted_folder`): what the cache holds
+    decides what the book reports and what a fine-tuning run starts from. Creates nothing."""
     cache_dir = Path(cache_dir or default_cache_dir())
     env = os.environ.get(CACHE_ENV, "")
     origin = f" (${CACHE_ENV})" if env.strip() and Path(env) == cache_dir else ""
     try:
         if writable:
-            return check_can_create(cache_dir)
-        if cache_dir.exists() and not cache_dir.is_dir():
+            check_can_create(cache_dir)
+        elif cache_dir.exists() and not cache_dir.is_dir():
             raise BarterError(f"{cache_dir} is a file; give a folder")
     except BarterError as error:
         raise BarterError(f"the run cache{origin}: {error}") from None
+    check_trusted_folder(cache_dir, cache_what(cache_dir))
     return cache_dir
+
+
+def cache_what(cache_dir: Path) -> str:
+    """How refusals name the run cache ``cache_dir``: with ``$BARTER_MINI_CACHE`` where it came from there."""
+    env = os.environ.get(CACHE_ENV, "")
+    origin = f" (${CACHE_ENV})" if env.strip() and Path(env) == Path(cache_dir) else ""
+    return f"the run cache {cache_dir}{origin}"
 
 
 def _file_record(path: Path) -> dict:
@@ -102,38 +112,81 @@ def _file_record(path: Path) -> dict:
         return {"bytes": path.stat().st_size, "sha256": hashlib.file_digest(f, "sha256").hexdigest()}
 
 
-def write_completion_record(folder: Path) -> Path:
-    """Record the size and digest of every run file in ``folder`` (:data:`COMPLETION_RECORD`);
-    written last, atomically, so its presence means every other file was whole."""
+def write_completion_record(folder: Path, entry: str) -> Path:
+    """Record the size and digest of every run file in ``folder`` (:data:`COMPLETION_RECORD`)
+    and the name of the cache ``entry`` they are for; written last, atomically, so its presence
+    means every other file was whole."""
     files = {name: _file_record(folder / name) for name in ENTRY_FILES if (folder / name).is_file()}
-    return write_json(folder / COMPLETION_RECORD, {"files": files})
+    return write_json(folder / COMPLETION_RECORD, {"files": files, "entry": entry})
 
 
-def entry_state(target: Path) -> tuple[str, str | None]:
+def entry_state(target: Path, run: RunConfig | None = None) -> tuple[str, str | None]:
     """``("complete", None)``, ``("missing", None)``, or ``("damaged", why)`` for the cache
-    folder ``target``: complete when its completion record is readable and every file it
-    lists has the recorded size and digest, and metrics.json is among them."""
-    if not target.exists():
+    folder ``target``: complete when it is a folder (not a link) that this user or root
+    wrote, its completion record is readable, names ``target`` and every file it lists is a
+    regular file with the recorded size and digest, metrics.json among them, and (given
+    ``run``) metrics.json records that run's settings. The cache serves nothing else."""
+    try:
+        found = os.lstat(target)
+    except FileNotFoundError:
         return "missing", None
+    if stat.S_ISLNK(found.st_mode):
+        return "damaged", "it is a symbolic link, not a folder the cache made"
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid not in (os.geteuid(), 0):
+        return "damaged", "not a folder of yours" if stat.S_ISDIR(found.st_mode) else "not a folder"
     record_path = target / COMPLETION_RECORD
-    if not record_path.is_file():
+    if not _own_regular_file(record_path):
         return "damaged", f"no {COMPLETION_RECORD}: written by an earlier version, or cut short"
     try:
-        files = read_json(record_path)["files"]
-        recorded = {name: (int(entry["bytes"]), str(entry["sha256"])) for name, entry in files.items()}
+        record = read_json(record_path)
+        recorded = {name: (int(entry["bytes"]), str(entry["sha256"])) for name, entry in record["files"].items()}
+        entry = record.get("entry", target.name)
     except (BarterError, KeyError, TypeError, ValueError, AttributeError):
         return "damaged", f"{COMPLETION_RECORD} is not readable"
+    if entry != target.name:
+        return "damaged", f"{COMPLETION_RECORD} is the record of another run ({str(entry)[:80]!r})"
     if "metrics.json" not in recorded:
         return "damaged", f"{COMPLETION_RECORD} lists no metrics.json"
     for name, (size, digest) in sorted(recorded.items()):
         path = target / name
-        if not path.is_file():
+        if not _own_regular_file(path):
             return "damaged", f"{name} is missing"
         if path.stat().st_size != size:
             return "damaged", f"{name} has {path.stat().st_size} bytes, {size} when it was written"
         if _file_record(path)["sha256"] != digest:
             return "damaged", f"{name} is not what was written (its SHA-256 differs)"
+    if run is not None:
+        differing = _recorded_run_differs(target / "metrics.json", run)
+        if differing:
+            return "damaged", f"metrics.json records another run ({differing})"
     return "complete", None
+
+
+def _own_regular_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file (not a link) of this user or root."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(found.st_mode) and found.st_uid in (os.geteuid(), 0)
+
+
+def _recorded_run_differs(metrics_path: Path, run: RunConfig) -> str | None:
+    """The settings in which the run recorded in ``metrics_path`` differs from ``run`` as its
+    key sees them (:func:`key_settings`: ``--epochs 3`` on a 3-epoch recipe is the same run),
+    as "method 'static' there, 'barter' here", or None when it is that run. The ``init``
+    file is not compared by path: the key fixes it by its digest, and a cache copied from a
+    cluster names the same file under another path."""
+    try:
+        saved_run = read_json(metrics_path)["run"]
+        fields = {name for name in asdict(RunConfig())}
+        saved = key_settings(RunConfig(**{key: value for key, value in saved_run.items() if key in fields}))
+    except (BarterError, KeyError, TypeError, ValueError, AttributeError):
+        return "no readable run settings"
+    now = key_settings(run.validate())
+    plain = lambda value: json.loads(json.dumps(value, sort_keys=True, default=str))    # tuples as lists
+    differing = sorted(key for key in set(saved) | set(now) if key != "init" and plain(saved.get(key)) != plain(now.get(key)))
+    return ", ".join(f"{key} {saved.get(key)!r} there, {now.get(key)!r} here" for key in differing[:3]) or None
 
 
 def source_digest() -> str:
@@ -169,20 +222,28 @@ def _portable_init(init: str | None) -> str | None:
     lies, so a checkpoint changed under the same name trains afresh and the keys stay the
     same on every machine.
 
-    A file is known by its SHA-256 digest. A checkpoint inside a cache folder is known by
-    that folder's name and its own: the name ends with the key of the run that wrote it, which
-    fixes what it holds, and a sweep must key a fine-tuning run before the pretraining run it
-    starts from has written anything. A file that cannot be read keeps its path: such a run is
-    refused before it trains (``RunConfig.validate``), so that key names no cached run."""
+    A file is known by its SHA-256 digest wherever it lies, a pretrained run's checkpoint in
+    the cache included (a sweep lists a fine-tuning stage only once its pretraining is
+    complete): a name says nothing about what a file now holds. A file that cannot be read
+    keeps its path: such a run is refused before it trains (``RunConfig.validate``), so that
+    key names no cached run."""
     if init is None:
         return None
     path = Path(init)
-    if CACHE_FOLDER_NAME.match(path.parent.name):
-        return f"cache:{path.parent.name}/{path.name}"
     try:
         return f"sha256:{_file_digest(path)}"
     except OSError:
         return init
+
+
+def key_settings(run: RunConfig) -> dict:
+    """The settings of ``run`` that its key hashes, the ``init`` file still as its path: the
+    recipe resolved, where data lives and the progress bar left out."""
+    config = asdict(run)
+    for irrelevant in ("progress", "data_root", "download", "overrides", *recipe_settings()):
+        config.pop(irrelevant)
+    config["resolved_recipe"] = asdict(resolve_recipe(run, model_family(run.model)))
+    return config
 
 
 def run_key(run: RunConfig) -> str:
@@ -190,10 +251,7 @@ def run_key(run: RunConfig) -> str:
     enters resolved (:func:`~barter_mini.training.optimization.resolve_recipe`), not as the
     overrides that produced it: a run that restates a recipe value (``clone_moments="fresh"``,
     ``--epochs 3`` on the quick recipe) is the same run, trained once, whichever notebook asks."""
-    config = asdict(run)
-    for irrelevant in ("progress", "data_root", "download", "overrides", *recipe_settings()):
-        config.pop(irrelevant)
-    config["resolved_recipe"] = asdict(resolve_recipe(run, model_family(run.model)))
+    config = key_settings(run)
     config["init"] = _portable_init(config["init"])
     payload = json.dumps({"run": config, "version": __version__, "source": source_digest()},
                          sort_keys=True)
@@ -218,6 +276,21 @@ def refuse_links(*paths: Path) -> None:
         if path.is_symlink():
             raise BarterError(f"{path} in the run cache is a symbolic link, not a folder the cache made: refused, "
                               "since training through it would write where it points; delete the link and ask again")
+
+
+def refuse_foreign_partial(partial: Path) -> None:
+    """A one-line error if the partial folder ``partial`` or a file in it was made by another
+    user: an interrupted run is resumed only from what this user's own runs wrote (a planted
+    ``last.pt`` would otherwise be trained on, finalized and vouched for by the completion
+    record)."""
+    try:
+        found = os.lstat(partial)
+    except FileNotFoundError:
+        return
+    if found.st_uid != os.geteuid():
+        raise BarterError(f"{partial} in the run cache was made by another user (user id {found.st_uid}): "
+                          "refused, since the cache resumes only its own runs; delete it and ask again")
+    check_own_files(partial, sorted(os.listdir(partial)), "the run cache's partial folder")
 
 
 def lock_path(target: Path) -> Path:
@@ -267,14 +340,14 @@ def sweep_command(run: RunConfig) -> str:
     return shlex.join(["barter-mini", "sweep", *flags])
 
 
-def _metrics_in(target: Path) -> dict | None:
-    """The metrics of the cache entry ``target`` if it is complete, else None."""
-    return read_json(target / "metrics.json") if entry_state(target)[0] == "complete" else None
+def _metrics_in(target: Path, run: RunConfig) -> dict | None:
+    """The metrics of the cache entry ``target`` if it is complete and records ``run``, else None."""
+    return read_json(target / "metrics.json") if entry_state(target, run)[0] == "complete" else None
 
 
 def cached_metrics(run: RunConfig, cache_dir: Path | None = None) -> dict | None:
     """The metrics of ``run`` if the cache holds it whole, else None; never trains."""
-    return _metrics_in(run_dir(run.validate(), cache_dir))
+    return _metrics_in(run_dir(run.validate(), check_cache_dir(cache_dir, writable=False)), run)
 
 
 def cached_train(run: RunConfig, cache_dir: Path | None = None, train_missing: bool | None = None,
@@ -289,7 +362,7 @@ def cached_train(run: RunConfig, cache_dir: Path | None = None, train_missing: b
     optimizer steps (besides every epoch), so an interrupted run loses at most those steps.
     """
     target = run_dir(run.validate(), check_cache_dir(cache_dir, writable=False))   # hashes the source: once
-    state, damage = entry_state(target)
+    state, damage = entry_state(target, run)
     if state == "complete":
         return read_json(target / "metrics.json")
     if not (training_allowed() if train_missing is None else train_missing):
@@ -300,16 +373,18 @@ def cached_train(run: RunConfig, cache_dir: Path | None = None, train_missing: b
         raise BarterError(f"run {target.name} {where} and {TRAIN_ENV}=0 "
                           f"forbids training here: train it with `{command}`{book} "
                           f"(same cache: {CACHE_ENV}={target.parent}), or unset {TRAIN_ENV}")
-    ensure_folder(check_cache_dir(target.parent))
+    check_cache_dir(target.parent)
+    check_trusted_folder(target.parent, cache_what(target.parent), create=True)
     with run_lock(target):
         refuse_links(target, partial_dir(target))
-        state, damage = entry_state(target)     # another process may have completed it meanwhile
+        state, damage = entry_state(target, run)     # another process may have completed it meanwhile
         if state != "complete":
             if state == "damaged":
                 print(f"run {target.name} in the run cache is damaged ({damage}): training it again",
                       file=sys.stderr)
                 shutil.rmtree(target)
             partial = partial_dir(target)
+            refuse_foreign_partial(partial)
             try:
                 train(run, partial, resume=True, checkpoint_every=checkpoint_every)
             except BaseException:
@@ -317,7 +392,7 @@ def cached_train(run: RunConfig, cache_dir: Path | None = None, train_missing: b
                     shutil.rmtree(partial)       # nothing to resume from: leave no trace
                 raise
             remove_temporary_files(partial, (COMPLETION_RECORD,))   # a record's write killed before
-            write_completion_record(partial)
+            write_completion_record(partial, target.name)
             os.replace(partial, target)
             lock_path(target).unlink(missing_ok=True)   # only once complete: see run_lock
     return read_json(target / "metrics.json")   # the same JSON types on a hit and a miss
