@@ -2,7 +2,9 @@
 
 A non-finite training loss stops a run at once (the trainer's step checks it before
 backward); a finite loss that averages far above a uniform guess's stops it too
-(:func:`check_loss_against_chance`). The stopped run's ``last.pt`` records why
+(:func:`check_loss_against_chance`), and so does a validation loss after an epoch that is
+not finite or as far above (:func:`check_validation_loss`): the only check that sees the
+model after a run's last update. The stopped run's ``last.pt`` records why
 (:func:`divergence_record`), so that ``--resume`` stops again with the same line
 (:func:`diverged_again`) instead of training on from a broken state.
 """
@@ -29,6 +31,19 @@ def check_loss_against_chance(mean_loss: float, step: int, num_classes: int, ste
         raise TrainingDiverged(step, f"the training loss averaged {mean_loss:.4g} over steps {step - steps + 1}-{step}, "
                                      f"over {DIVERGED_LOSS_FACTOR} times that of a uniform guess "
                                      f"({limit:.3g} = {DIVERGED_LOSS_FACTOR} x ln {num_classes})")
+
+
+def check_validation_loss(loss: float, step: int, num_classes: int) -> None:
+    """Raise :class:`~barter_mini.errors.TrainingDiverged` if the validation loss after step
+    ``step`` is not finite or exceeds :data:`DIVERGED_LOSS_FACTOR` times ``ln C``: the training
+    loss of a step is read before its update, so only the model after it shows whether the
+    last update of an epoch (the last of the run among them) broke the weights."""
+    limit = DIVERGED_LOSS_FACTOR * math.log(max(num_classes, 2))
+    if not math.isfinite(loss) or loss > limit:
+        raise TrainingDiverged(step, f"the validation loss after step {step} is {loss:.4g}, "
+                                     + ("not a finite number" if not math.isfinite(loss) else
+                                        f"over {DIVERGED_LOSS_FACTOR} times that of a uniform guess "
+                                        f"({limit:.3g} = {DIVERGED_LOSS_FACTOR} x ln {num_classes})"))
 
 
 def divergence_record(diverged: TrainingDiverged) -> dict:

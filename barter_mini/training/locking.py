@@ -28,12 +28,35 @@ from typing import Iterator
 from ..errors import BarterError
 
 
+class HeldLock:
+    """The lock a process holds on the file ``path``; :meth:`check` says whether it still guards
+    that path (nobody deleted or replaced the file since)."""
+
+    def __init__(self, path: Path, handle, what: str):
+        self.path, self.handle, self.what = path, handle, what
+
+    def still_named(self) -> bool:
+        return _names(self.path, self.handle)
+
+    def check(self) -> None:
+        """A one-line error if the lock file was deleted or replaced since it was taken: another
+        process may then hold a lock of its own on the new file and write into the same folder,
+        so this one stops before it writes."""
+        if not self.still_named():
+            raise BarterError(f"the lock file {self.path} of {self.what} was deleted or replaced while this "
+                              "process held it, so another process may be writing there too: stopped before "
+                              "writing; the files written before are intact, continue with --resume once "
+                              "no other process trains there")
+
+
 @contextlib.contextmanager
-def exclusive_lock(path: Path, what: str, remove: bool = False) -> Iterator[None]:
+def exclusive_lock(path: Path, what: str, remove: bool = False) -> Iterator[HeldLock]:
     """Hold the lock on the file ``path`` (created if missing), or raise "``what`` is being
-    trained by HOLDER" at once if another process holds it. ``remove``: delete the file when
-    done, still holding the lock; a process that opened it before then finds, once it has
-    the lock, that the path no longer names its file, and opens the path afresh."""
+    trained by HOLDER" at once if another process holds it; yields a :class:`HeldLock`.
+    ``remove``: delete the file when done, still holding the lock, if the path still names it
+    (another process's lock file in its place is left alone); a process that opened it before
+    then finds, once it has the lock, that the path no longer names its file, and opens the
+    path afresh."""
     path = Path(path)
     while True:
         handle = _open(path)
@@ -53,9 +76,9 @@ def exclusive_lock(path: Path, what: str, remove: bool = False) -> Iterator[None
         handle.truncate()
         handle.write(f"process {os.getpid()} on {socket.gethostname()}\n")
         handle.flush()
-        yield
+        yield HeldLock(path, handle, what)
     finally:
-        if remove:
+        if remove and _names(path, handle):
             path.unlink(missing_ok=True)
         handle.close()
 
@@ -99,7 +122,8 @@ def _printable(lines: list[str]) -> str:
 def _names(path: Path, handle) -> bool:
     """Whether ``path`` still names the file open as ``handle``."""
     try:
-        return os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+        found, held = os.lstat(path), os.fstat(handle.fileno())
+        return (found.st_dev, found.st_ino) == (held.st_dev, held.st_ino)
     except FileNotFoundError:
         return False
 

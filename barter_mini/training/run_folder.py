@@ -23,11 +23,12 @@ from ..core import distributed
 from ..errors import BarterError
 from . import parallel
 from .resume_contents import check_resume_state
-from .checkpoints import (RESUME_KEYS, RUN_KEYS, ensure_folder, load_checkpoint, read_json, remove_temporary_files,
+from .checkpoints import (RESUME_KEYS, RUN_KEYS, load_checkpoint, read_json, remove_temporary_files,
                           save_checkpoint)
-from .locking import exclusive_lock
+from .locking import HeldLock, exclusive_lock
 from .optimization import parameter_groups
 from .run_config import RunConfig
+from .trusted_folders import check_own_files, check_trusted_folder
 
 #: what a run writes into its folder
 RUN_FILES = ("best.pt", "last.pt", "metrics.json")
@@ -35,9 +36,24 @@ RUN_FILES = ("best.pt", "last.pt", "metrics.json")
 RUN_LOCK = ".barter-mini.lock"
 
 
+#: the locks this process holds on run folders (:func:`holding`), by folder: every write into
+#: a held folder first checks that its lock still guards it (:func:`check_still_held`)
+_HELD: dict[Path, HeldLock] = {}
+
+
+def check_still_held(folder: Path) -> None:
+    """A one-line error if this process holds ``folder`` (:func:`holding`) but its lock file was
+    deleted or replaced meanwhile (:meth:`~barter_mini.training.locking.HeldLock.check`)."""
+    held = _HELD.get(Path(folder))
+    if held is not None:
+        held.check()
+
+
 def write_checkpoint(path: Path, state: dict) -> None:
-    """Rank 0 writes (atomically); every process waits until it has."""
+    """Rank 0 writes (atomically, once it checked that the folder's lock is still its own);
+    every process waits until it has."""
     if distributed.is_main_process():
+        check_still_held(Path(path).parent)
         save_checkpoint(path, state)
     parallel.barrier()
 
@@ -62,6 +78,7 @@ def _comparable(value):
 def resume_point(out: Path, run: RunConfig) -> tuple[dict | None, dict | None]:
     """(metrics of a finished run, ``last.pt`` of an unfinished one) in the folder ``out``;
     both None when it holds no run. A folder of another configuration is refused."""
+    check_own_files(out, RUN_FILES, f"the run folder {out}")
     if (out / "metrics.json").is_file():
         metrics = read_json(out / "metrics.json")
         _check_same_run(out / "metrics.json", metrics.get("run", {}), run)
@@ -87,19 +104,25 @@ def refuse_existing_run(out: Path) -> None:
 
 @contextmanager
 def holding(out: Path):
-    """Hold the run folder ``out`` for this process: its lock (:data:`RUN_LOCK`, removed when
-    the run ends; a second run into it is refused at once) and the temporary files a killed
-    write left there removed.
+    """Hold the run folder ``out`` for this process: created if missing, once neither it nor a
+    folder above it can be written by another user (:mod:`~barter_mini.training.trusted_folders`);
+    its lock (:data:`RUN_LOCK`, removed when the run ends; a second run into it is refused at
+    once; every checkpoint write checks it is still there, :func:`check_still_held`) and the
+    temporary files a killed write left there removed.
     Under ``torchrun`` rank 0 holds it for all: only rank 0 writes."""
     if parallel.launch_rank() != 0:
         yield
         return
     created = not out.exists()
-    ensure_folder(out)
+    check_trusted_folder(out, f"the run folder {out}", create=True)
     try:
-        with exclusive_lock(out / RUN_LOCK, f"run folder {out}", remove=True):
+        with exclusive_lock(out / RUN_LOCK, f"run folder {out}", remove=True) as held:
             remove_temporary_files(out, RUN_FILES)
-            yield
+            _HELD[out] = held
+            try:
+                yield
+            finally:
+                _HELD.pop(out, None)
     finally:
         if created:     # a run that wrote nothing (bad data, an error before its first epoch) leaves no folder
             with contextlib.suppress(OSError):

@@ -56,7 +56,7 @@ from . import parallel, run_folder
 from .data import make_loaders
 from .evaluation import evaluate
 from .loss_records import LOG_EVERY, check_recent_losses, read_losses
-from .divergence import divergence_record, diverged_again
+from .divergence import check_validation_loss, divergence_record, diverged_again
 from .methods import get_method
 from .random_state import capture_generators, restore_generators
 from .run_config import RunConfig
@@ -322,6 +322,8 @@ def fit_one_epoch(t: Training, after_each_step=None) -> dict:
     bar.close()
     read_losses(t)
     val = evaluate(t.model, t.loaders[1], t.device, t.parts.execution)
+    check_recent_losses(t)               # the training loss names a divergence first, where it saw one
+    check_validation_loss(val["loss"], p.step, t.config.num_classes)
     entry = {"epoch": epoch, "step": p.step, "train_loss": float(np.mean(p.epoch_losses)),
              "val_acc": val["acc"], "val_macro_f1": val["macro_f1"],
              "lr": t.optimizer.param_groups[0]["lr"], "elapsed_s": time.perf_counter() - t.started}
@@ -379,6 +381,7 @@ def finalize(t: Training, out: Path) -> dict:
         "run": asdict(run), "recipe_settings": asdict(t.recipe),
     }
     if distributed.is_main_process():
+        run_folder.check_still_held(out)
         write_json(out / "metrics.json", metrics)
     parallel.barrier()
     return metrics
