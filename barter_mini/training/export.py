@@ -15,37 +15,83 @@ rebuilds it.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
 from pathlib import Path
+
+import torch
 
 from ..core.counting import count_parameters
 from ..core.surgery import allocation_of
 from .checkpoint_contents import building_from
-from .checkpoints import CHECKPOINT_FORMAT, RUN_KEYS, load_checkpoint, model_from_checkpoint, save_checkpoint
+from .checkpoints import CHECKPOINT_FORMAT, RUN_KEYS, load_checkpoint, model_from_checkpoint
 from ..errors import BarterError
 from .methods import get_method
 from .run_folder import RUN_FILES, RUN_LOCK
+from .trusted_folders import open_trusted_folder
 
 #: what a run folder holds besides :data:`~barter_mini.training.run_folder.RUN_FILES`: its lock and, in the run cache, the
 #: completion record (training.cache.COMPLETION_RECORD) that vouches for the others
 RUN_FOLDER_EXTRAS = (RUN_LOCK, "complete.json")
 
 
-def check_not_run_file(run_dir: Path, out: Path) -> None:
-    """A one-line error if ``out`` is one of ``run_dir``'s own files (by name, or the same
-    file under another name: a link): writing the export there would replace a run file with
-    one that lacks the run's keys, and the next export or resume of the run would fail."""
+def _identity(found: os.stat_result) -> tuple[int, int]:
+    return found.st_dev, found.st_ino
+
+
+def check_not_run_file(run_dir: Path, out: Path, folder_fd: int) -> None:
+    """A one-line error if ``out``, to be written into the folder held open as ``folder_fd``,
+    is one of ``run_dir``'s own files (by name, or the same file under another name: a link):
+    writing the export there would replace a run file with one that lacks the run's keys, and
+    the next export or resume of the run would fail. The folder is compared as held, so
+    turning its path into a link to the run folder after this check changes nothing."""
     names = RUN_FILES + RUN_FOLDER_EXTRAS
-    own = [run_dir / name for name in names]
-    same = out.resolve().parent == run_dir.resolve() and out.name in names
-    if same or (out.exists() and any(path.exists() and out.samefile(path) for path in own)):
+    own = set()
+    for name in names:
+        with contextlib.suppress(OSError):
+            own.add(_identity(os.stat(run_dir / name)))
+    same_folder = False
+    with contextlib.suppress(OSError):
+        same_folder = _identity(os.fstat(folder_fd)) == _identity(os.stat(run_dir))
+    try:
+        target = _identity(os.stat(out.name, dir_fd=folder_fd))
+    except OSError:
+        target = None
+    if (same_folder and out.name in names) or target in own:
         raise BarterError(f"--out {out} is one of the run's own files ({', '.join(names)}): "
                           "export to a path outside them")
 
 
+def save_in_folder(folder_fd: int, name: str, checkpoint: dict) -> None:
+    """``checkpoint`` written as ``name`` inside the folder held open as ``folder_fd``, through
+    a temporary file renamed into place (a reader sees the old file or the whole new one)."""
+    tmp = f".{name}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=folder_fd)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(checkpoint, f)
+        os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=folder_fd)
+        raise
+
+
 def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "best.pt") -> dict:
     """Write ``run_dir``'s model in its smallest dense form to ``out``; return a summary."""
-    path = Path(run_dir) / checkpoint
-    check_not_run_file(Path(run_dir), Path(out))
+    path, out = Path(run_dir) / checkpoint, Path(out)
+    if not out.name or out.name in (".", ".."):
+        raise BarterError(f"--out {out} names a folder: give a file path such as model.pt")
+    folder_fd = open_trusted_folder(out.parent, f"the folder of --out {out}", create=True, trust=False)
+    try:
+        return _export(path, out, folder_fd)
+    finally:
+        os.close(folder_fd)
+
+
+def _export(path: Path, out: Path, folder_fd: int) -> dict:
+    check_not_run_file(path.parent, out, folder_fd)
     state = load_checkpoint(path, keys=RUN_KEYS, use="exporting it")
     if not isinstance(state["run"], dict) or not {"method", "density"} <= set(state["run"]):
         raise BarterError(f"{path} records no run settings with a method and a density: "
@@ -57,6 +103,6 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "best.pt"
     exported = {"format": CHECKPOINT_FORMAT, "method": method, "density": state["run"]["density"],
                 "model_config": state["model_config"], "allocation": allocation_of(model).as_dict(),
                 "model": model.state_dict()}
-    save_checkpoint(Path(out), exported)
+    save_in_folder(folder_fd, out.name, exported)
     return {"method": method, "density": state["run"]["density"], "params": count_parameters(model),
             "allocation": exported["allocation"], "out": str(out)}
