@@ -28,6 +28,7 @@ from barter_mini.training.locking import exclusive_lock
 from barter_mini.training.run_folder import RUN_LOCK
 from barter_mini.training.sweep import ExecutorSettings, default_logs, make_executor, private_folder
 from barter_mini.training.trainer import RunConfig
+from barter_mini.training import trusted_folders
 from barter_mini.training.trusted_folders import check_trusted_folder, open_trusted_folder
 
 from test_adversarial import SMOKE, finished_run, one_line, run_cli
@@ -54,7 +55,13 @@ def fake_entry(run: RunConfig, cache_dir: Path, test_acc: float) -> Path:
 
 
 def shared_folder(path: Path, mode: int) -> Path:
+    """A folder of ``mode``; where the group may write, the group is one with other members
+    (``nogroup``, which is ``nobody``'s), since a user's private group is the user alone."""
     path.mkdir(parents=True, exist_ok=True)
+    if mode & 0o020:
+        if os.geteuid() != 0:
+            pytest.skip("giving a folder to a shared group needs root")
+        os.chown(path, -1, OTHER_UID)
     path.chmod(mode)
     return path
 
@@ -98,6 +105,17 @@ def test_another_user_can_rename_a_checked_folder_only_where_the_check_refuses()
                 assert private_folder(logs) == logs.resolve()
     finally:
         shutil.rmtree(base)
+
+
+def test_a_folder_writable_by_the_users_own_private_group_is_accepted(tmp_path):
+    """Debian's user private groups (umask 002): group write is the user's alone there."""
+    private = tmp_path / "umask-002"
+    private.mkdir(mode=0o775)
+    private.chmod(0o775)
+    if not trusted_folders._group_is_mine_alone(private.stat().st_gid):
+        pytest.skip("this user's group has other members here")
+    assert private_folder(private / "logs") == (private / "logs").resolve()
+    assert check_trusted_folder(private, "the run cache") == private.resolve()
 
 
 def test_a_sticky_folder_is_accepted_above_the_logs_but_not_as_them(tmp_path):

@@ -7,8 +7,10 @@ can write any folder above it: they rename the checked folder away and put their
 place. So the rule (the one ``sshd`` applies to ``~/.ssh``) is checked on the whole path:
 
 * every folder from the top down is owned by this user or by root;
-* none may be written by another user (group or other write permission), except an ancestor
-  with the sticky bit, such as ``/tmp``: there nobody renames or removes an entry they do not own;
+* none may be written by another user: no write permission for others, and none for the group
+  unless the group is the user's own private group (no other member: Debian's user private
+  groups, where a umask of 002 is the default); an ancestor with the sticky bit, such as
+  ``/tmp``, is accepted: there nobody renames or removes an entry they do not own;
 * folders above the user's home folder are the administrator's and are not checked.
 
 The walk opens each folder relative to the one above it (``openat`` with ``O_NOFOLLOW``), so
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import grp
 import os
 import pwd
 import shlex
@@ -43,6 +46,22 @@ def _home() -> Path | None:
         return None
 
 
+def _group_is_mine_alone(gid: int) -> bool:
+    """Whether the group ``gid`` has no member but this user (as supplementary member or as
+    another account's primary group): then its write permission is this user's own."""
+    me = os.geteuid()
+    try:
+        group, name = grp.getgrgid(gid), pwd.getpwuid(me).pw_name
+    except KeyError:
+        return False
+    return all(member == name for member in group.gr_mem) and \
+        all(user.pw_uid == me for user in pwd.getpwall() if user.pw_gid == gid)
+
+
+def _writable_by_others(found: os.stat_result) -> bool:
+    return bool(found.st_mode & 0o002 or (found.st_mode & 0o020 and not _group_is_mine_alone(found.st_gid)))
+
+
 def _owner(uid: int) -> str:
     try:
         return f"user {pwd.getpwuid(uid).pw_name}"
@@ -59,7 +78,7 @@ def _check(found: os.stat_result, folder: Path, what: str, is_target: bool, priv
     if found.st_uid not in trusted_owners:
         raise BarterError(f"{where} belongs to another user ({_owner(found.st_uid)}), who could replace what "
                           "is inside: use a folder of your own (copy what you need into it)")
-    if found.st_mode & 0o022 and (is_target or not found.st_mode & stat.S_ISVTX):
+    if _writable_by_others(found) and (is_target or not found.st_mode & stat.S_ISVTX):
         mode = stat.S_IMODE(found.st_mode)
         raise BarterError(f"{where} may be written by others (mode {mode:04o}), who could "
                           f"{'change what is inside' if is_target else 'rename what is inside and put their own in its place'}: "
