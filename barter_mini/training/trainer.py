@@ -30,6 +30,7 @@ epochs: :func:`~barter_mini.training.run_inputs.steps_for_compute` steps, over w
 
 from __future__ import annotations
 
+import logging
 import math
 import signal
 import time
@@ -216,10 +217,17 @@ def build_training(run: RunConfig, checkpoint: dict | None = None, wrap_controll
         lambda controller: wrap_controller(controller, model, recipe, loaders, device))
     parts = build_parts(run, model, recipe, total_steps, device, wrap_controller=wrap,
                         distributed=distributed.is_distributed())
-    scheduler = CosineLRScheduler(
-        parts.optimizer, t_initial=total_steps, lr_min=recipe.min_lr,
-        warmup_t=int(recipe.warmup_fraction * total_steps), warmup_lr_init=recipe.lr * 0.01,
-        warmup_prefix=True, t_in_epochs=False)
+    cosine_log = logging.getLogger("timm.scheduler.cosine_lr")
+    level = cosine_log.level
+    if total_steps == 1:        # one step has no schedule to anneal: timm's warning that says so is noise
+        cosine_log.setLevel(logging.ERROR)
+    try:
+        scheduler = CosineLRScheduler(
+            parts.optimizer, t_initial=total_steps, lr_min=recipe.min_lr,
+            warmup_t=int(recipe.warmup_fraction * total_steps), warmup_lr_init=recipe.lr * 0.01,
+            warmup_prefix=True, t_in_epochs=False)
+    finally:
+        cosine_log.setLevel(level)
     t = Training(run, recipe, config, device, parts, scheduler, loaders, total_steps, started=time.perf_counter(),
                  gflops_per_image=gflops)
     if checkpoint is not None:
