@@ -9,10 +9,14 @@ from __future__ import annotations
 import math
 import numbers
 import signal
+import unicodedata
 
 
 class BarterError(ValueError):
-    """Bad input: the message is one line and says what is allowed."""
+    """Bad input: the message is one line and says what is allowed. ``details``: lines the
+    command line prints after it (a failed notebook's traceback), never before."""
+
+    details: tuple[str, ...] = ()
 
     def _render_traceback_(self) -> list[str]:
         """What IPython shows for it (a notebook, a papermill run with a bad parameter): the
@@ -102,10 +106,39 @@ def check_list(name: str, value, what: str, allow_empty: bool = False) -> list:
 
 def check_in_range(name: str, value, low: float, high: float, *, low_open: bool = False,
                    high_open: bool = False) -> float:
-    """``value`` as a float if it lies in the interval from ``low`` to ``high`` (each end
-    closed unless ``*_open``), else a :class:`BarterError` naming the interval."""
+    """``value`` as a float if it is finite and lies in the interval from ``low`` to ``high``
+    (each end closed unless ``*_open``; an infinite end is always open: only finite values
+    pass), else a :class:`BarterError` naming the interval."""
+    low_open, high_open = low_open or not math.isfinite(low), high_open or not math.isfinite(high)
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or \
             value < low or value > high or (low_open and value == low) or (high_open and value == high):
         interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
         raise BarterError(f"{name} must be in {interval}, got {value!r}")
     return float(value)
+
+
+#: the longest path an error shows whole; a longer one is shown by its ends and its length
+MAX_SHOWN_PATH = 240
+
+
+def shown_path(path) -> str:
+    """``path`` as an error shows it: whole, or, past :data:`MAX_SHOWN_PATH` characters, its
+    first and last 100 and its length (a 5,000-character path is not a screenful)."""
+    text = str(path)
+    if len(text) <= MAX_SHOWN_PATH:
+        return text
+    return f"{text[:100]}...{text[-100:]} ({len(text):,} characters)"
+
+
+#: characters that move a terminal's cursor, change its state or reorder text, though not
+#: control characters by their category: line and paragraph separators, bidirectional overrides
+TERMINAL_FORMATTING = frozenset("\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def printable(line: str) -> str:
+    """``line`` with every control character (ESC, a line break, a NUL, ...), surrogate (the
+    undecodable bytes of a file name) and character in :data:`TERMINAL_FORMATTING` written as
+    its Python escape (``\\x1b``), so a path in an error cannot drive the terminal; other
+    text, every script's letters and symbols, is left as it is."""
+    return "".join(ascii(char)[1:-1] if unicodedata.category(char) in ("Cc", "Cs") or char in TERMINAL_FORMATTING
+                    else char for char in line)

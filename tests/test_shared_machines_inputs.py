@@ -7,18 +7,25 @@ refusal of a flag: its usage, then one error line), before any work where the in
 given on the command line.
 """
 
+import errno
 import json
 import os
+import zipfile
 from pathlib import Path
+from unittest import mock
 
+import nbformat
+import numpy as np
 import pytest
 import timm
 import torch
 
 from barter_mini.core.models import get_model_config, timm_vit
 from barter_mini.errors import BarterError
+import barter_mini.book.build as book_build
+import barter_mini.training.checkpoints as checkpoints
 from barter_mini.training import cache
-from barter_mini.training.checkpoints import read_json
+from barter_mini.training.checkpoints import read_json, write_json
 
 from test_adversarial import SMOKE, TIMM_SPEC, one_line, run_cli
 
@@ -111,6 +118,125 @@ def test_a_nested_parameter_value_is_one_error_line(value, capsys):
     assert status == 2 and "Traceback" not in err, err[-2000:]
     assert [line for line in lines if "error:" in line] == lines[-1:] and "seeds" in lines[-1], err[-2000:]
     assert len(lines[-1]) < 400
+
+
+# ----------------------------------------------------------------------------- settings read from files
+
+@pytest.mark.parametrize("value", ["abc", None, [1], -1, 0])
+def test_a_matched_runs_pflops_that_is_no_positive_number_is_refused_naming_its_file(value, tmp_path, capsys):
+    matched = tmp_path / "matched"
+    matched.mkdir()
+    (matched / "metrics.json").write_text(json.dumps({"train_pflops": value}))
+    status, err = run_cli(["train", "--method", "barter", "--dataset", "digits", "--recipe", "smoke", "--no-progress",
+                           "--match-compute", matched, "--out", tmp_path / "cm"], capsys)
+    assert status == 2 and str(matched / "metrics.json") in one_line(err)
+    assert not (tmp_path / "cm").exists()
+
+
+# ----------------------------------------------------------------------------- one line, no traceback
+
+TRAIN = ["train", "--method", "barter", *SMOKE]
+
+
+def no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def torch_fell_short(checkpoint, tmp):
+    """What torch's zip writer raises on a full disk: the errno is gone."""
+    Path(tmp).write_bytes(b"PK\x03\x04 half a checkpoint")
+    raise RuntimeError("[enforce fail at inline_container.cc:778] . unexpected pos 2368 vs 2262")
+
+
+@pytest.mark.parametrize("how", ["errno", "torch"])
+def test_a_full_disk_during_a_checkpoint_write_is_one_line_and_leaves_no_temporary_file(how, tmp_path, capsys,
+                                                                                        monkeypatch):
+    if how == "errno":
+        monkeypatch.setattr(torch, "save", no_space)
+    else:
+        monkeypatch.setattr(torch, "save", torch_fell_short)
+        monkeypatch.setattr(os, "statvfs", lambda path: mock.Mock(f_bavail=0, f_frsize=4096))
+    out = tmp_path / "run"
+    status, err = run_cli([*TRAIN, "--out", out], capsys)
+    line = one_line(err)
+    assert status == 2 and line.startswith("error: no space left on /") and str(out) in line, err
+    assert "the last checkpoint is intact" in line
+    assert not list(out.glob(".*.pt.*"))            # the temporary file is removed
+
+
+def test_a_full_disk_during_a_json_write_is_one_line_and_the_old_file_is_intact(tmp_path, monkeypatch):
+    path = write_json(tmp_path / "metrics.json", {"test_acc": 0.5})
+    monkeypatch.setattr(json, "dump", no_space)
+    with pytest.raises(BarterError, match=r"^no space left on /.* while writing .*metrics.json; an earlier "
+                                          r"metrics.json is intact") as error:
+        write_json(path, {"test_acc": 0.9})
+    assert "\n" not in str(error.value) and read_json(path) == {"test_acc": 0.5}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]
+
+
+def test_an_out_path_too_long_or_in_a_loop_of_links_is_one_line(tmp_path, capsys):
+    long = tmp_path / ("d" * 5000)
+    status, err = run_cli([*TRAIN, "--out", long], capsys)
+    assert status == 2 and "File name too long" in one_line(err) and len(err) < 600
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    status, err = run_cli([*TRAIN, "--out", tmp_path / "loop" / "run"], capsys)
+    assert status == 2 and str(tmp_path / "loop") in one_line(err)
+    for command in (["export", tmp_path, "--out", long / "model.pt"],
+                    ["bench", "--methods", "static", "--densities", "0.5", "--out", long / "rows.json"]):
+        status, err = cli(command, capsys)
+        lines = err.strip().splitlines()
+        assert status == 2 and "Traceback" not in err and "File name too long" in lines[-1], err[-2000:]
+
+
+def crafted_npz(path: Path, claimed: int) -> None:
+    """CIFAR-10's arrays file whose first array's header claims ``claimed`` bytes and holds 100."""
+    path.parent.mkdir(parents=True)
+    with zipfile.ZipFile(path, "w") as archive:
+        for name in ("train_images", "train_labels", "test_images", "test_labels"):
+            with archive.open(f"{name}.npy", "w") as member:
+                shape = (claimed,) if name == "train_images" else (10,)
+                np.lib.format.write_array_header_1_0(member, {"descr": "|u1", "fortran_order": False,
+                                                              "shape": shape})
+                member.write(b"\0" * 100)
+
+
+def test_an_array_header_larger_than_memory_is_one_line_saying_the_file_is_damaged(tmp_path, capsys):
+    arrays = tmp_path / "data" / "cifar10" / "cifar10-uint8.npz"
+    crafted_npz(arrays, 86_000_000_000)
+    status, err = run_cli(["train", "--method", "static", "--dataset", "cifar10", "--data-root", tmp_path / "data",
+                           "--recipe", "smoke", "--epochs", "1", "--no-progress", "--out", tmp_path / "run"], capsys)
+    line = one_line(err)
+    assert status == 2 and str(arrays) in line and "damaged" in line and "86,000,000,000 bytes" in line
+
+
+def test_control_characters_in_a_path_never_reach_the_terminal(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    status, err = run_cli([*TRAIN, "--out", tmp_path / "afile" / "é\x1b[2Jb\u202e"], capsys)
+    line = one_line(err)
+    assert status == 2 and "\x1b" not in err and "\u202e" not in err
+    assert "é\\x1b[2Jb\\u202e" in line
+
+
+def test_an_infinite_lr_is_refused_by_a_message_that_says_so(tmp_path, capsys):
+    status, err = run_cli([*TRAIN, "--lr", "inf", "--out", tmp_path / "run"], capsys)
+    assert status == 2 and "lr must be in (0, inf), got inf" in one_line(err)
+
+
+def test_a_failed_notebooks_one_line_comes_first_and_its_traceback_after(tmp_path, capsys):
+    notebook = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                 "language": "python"}})
+    notebook.cells = [nbformat.v4.new_code_cell("profile: str = 'quick'", metadata={"tags": ["parameters"]}),
+                      nbformat.v4.new_code_cell("def f():\n    raise ValueError('broken on purpose')\nf()")]
+    nbformat.write(notebook, tmp_path / "02_bad.ipynb")
+
+    def build(profile, build_dir):
+        book_build.execute_notebook(tmp_path / "02_bad.ipynb", tmp_path / "out.ipynb", {"profile": profile})
+    with mock.patch.object(book_build, "run_book_build", build):
+        status, err = run_cli(["book", "--profile", "smoke"], capsys)
+    ours = [line for line in err.splitlines() if not line.startswith("[IPKernelApp]")]   # the kernel's own
+    assert status == 2 and ours[0] == "error: notebook 02_bad.ipynb failed in cell 3: ValueError: broken on purpose"
+    assert any("raise ValueError('broken on purpose')" in line for line in ours[1:]) and "\x1b" not in err
+    assert not (tmp_path / "out.ipynb").exists()
 
 
 # ----------------------------------------------------------------------------- property tests in CI

@@ -17,6 +17,8 @@ prints it).
 
 from __future__ import annotations
 
+import logging
+import re
 import shutil
 import subprocess
 import sys
@@ -111,12 +113,29 @@ def cell_progress(notebook: str, stream=None) -> dict:
     return {"desc": notebook, "unit": "cell", "leave": False, "disable": None, "file": stream or sys.stderr}
 
 
+#: the terminal colours of an IPython traceback
+COLOURS = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def cell_traceback(traceback) -> tuple[str, ...]:
+    """The lines of a failed cell's traceback, without their colours; none for a
+    :class:`~barter_mini.errors.BarterError`, whose traceback is its one line."""
+    lines = [line for entry in traceback or [] for line in COLOURS.sub("", str(entry)).splitlines()]
+    return () if len(lines) == 1 and lines[0].startswith("error: ") else tuple(lines)
+
+
 def execute_notebook(source: Path, target: Path, parameters: dict, progress_bar: dict | bool = False) -> float:
     """Run one notebook with papermill into ``target`` (``progress_bar`` as papermill takes
-    it, e.g. :func:`cell_progress`); on failure delete it and raise. Returns its seconds."""
+    it, e.g. :func:`cell_progress`); on failure delete it and raise a one-line error whose
+    ``details`` are the cell's traceback (printed after it). Returns its seconds."""
     import papermill
 
     started = time.perf_counter()
+    # papermill logs its input, output and kernel at INFO for every notebook: lines that would
+    # stand before a failure's one line; the build's own lines say which notebook runs
+    papermill_log = logging.getLogger("papermill")
+    level = papermill_log.level
+    papermill_log.setLevel(max(level, logging.WARNING))
     try:
         papermill.execute_notebook(str(source), str(target), parameters=parameters,
                                    kernel_name="python3", cwd=str(target.parent),
@@ -124,8 +143,11 @@ def execute_notebook(source: Path, target: Path, parameters: dict, progress_bar:
     except papermill.PapermillExecutionError as error:
         target.unlink(missing_ok=True)
         message = str(error.evalue).strip().splitlines()[0] if error.evalue else ""
-        raise BarterError(f"notebook {source.name} failed in cell {error.exec_count}: "
-                          f"{error.ename}: {message}") from None
+        failure = BarterError(f"notebook {source.name} failed in cell {error.exec_count}: {error.ename}: {message}")
+        failure.details = cell_traceback(error.traceback)
+        raise failure from None
+    finally:
+        papermill_log.setLevel(level)
     return time.perf_counter() - started
 
 

@@ -24,7 +24,7 @@ from ..training.run_inputs import read_train_pflops
 from ..training.trainer import train
 from . import arguments
 from .arguments import GRID_SETTINGS, add_run_settings, run_from_args
-from ..errors import DIVERGED_STATUS, BarterError, TrainingDiverged, TrainingInterrupted
+from ..errors import DIVERGED_STATUS, BarterError, TrainingDiverged, TrainingInterrupted, printable
 
 
 def _describe(args) -> dict:
@@ -101,17 +101,17 @@ def cmd_train(args) -> int:
     else:
         changes = (f"transfers {metrics['transfers_executed']['heads']} heads / "
                    f"{metrics['transfers_executed']['ffn']} FFN channels")
-    print(f"{metrics['method']} {metrics['model']} rho={metrics['density']:g} on {metrics['dataset']}: "
-          f"test acc {metrics['test_acc']:.4f}, test macro-F1 {metrics['test_macro_f1']:.4f}, "
-          f"val acc {metrics['val_acc']:.4f}, wall time {metrics['wall_time_s']:.1f} s, "
-          f"{changes} -> {Path(args.out) / 'metrics.json'}")
+    print(printable(f"{metrics['method']} {metrics['model']} rho={metrics['density']:g} on {metrics['dataset']}: "
+                    f"test acc {metrics['test_acc']:.4f}, test macro-F1 {metrics['test_macro_f1']:.4f}, "
+                    f"val acc {metrics['val_acc']:.4f}, wall time {metrics['wall_time_s']:.1f} s, "
+                    f"{changes} -> {Path(args.out) / 'metrics.json'}"))
     return 0
 
 
 def cmd_export(args) -> int:
     summary = export_run(args.run_dir, args.out, args.checkpoint)
-    print(f"{summary['method']} rho={summary['density']:g}: {summary['params']:,} parameters, "
-          f"heads {summary['allocation']['heads']}, FFN channels {summary['allocation']['ffn']} -> {summary['out']}")
+    print(printable(f"{summary['method']} rho={summary['density']:g}: {summary['params']:,} parameters, heads "
+                    f"{summary['allocation']['heads']}, FFN channels {summary['allocation']['ffn']} -> {summary['out']}"))
     return 0
 
 
@@ -371,8 +371,16 @@ def _sweep_parser(sub) -> None:
 COMMANDS = (_describe_parser, _train_parser, _export_parser, _book_parser, _data_parser, _bench_parser, _overhead_parser, _sweep_parser)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose refusal escapes the control characters of what it quotes
+    (:func:`~barter_mini.errors.printable`): a value given on the command line."""
+
+    def error(self, message: str):
+        super().error(printable(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="barter-mini", description=__doc__)
+    parser = Parser(prog="barter-mini", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for add_parser in COMMANDS:
         add_parser(sub)
@@ -382,15 +390,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    # each line is escaped whole (errors.printable): a path in it may hold control characters
     try:
         return args.func(args)
     except BarterError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(printable(f"error: {error}"), file=sys.stderr)
+        for line in error.details:      # a failed notebook's traceback: after the line that says what failed
+            print(printable(f"  {line}"), file=sys.stderr)
         return 2
     except TrainingInterrupted as error:
-        print(f"interrupted: {error}", file=sys.stderr)
+        print(printable(f"interrupted: {error}"), file=sys.stderr)
         return 128 + error.signum
     except TrainingDiverged as error:
-        print(f"diverged: {error}", file=sys.stderr)
+        print(printable(f"diverged: {error}"), file=sys.stderr)
         return DIVERGED_STATUS
 

@@ -9,7 +9,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..errors import MAX_SEED, BarterError, check_integer, check_seed
+from ..errors import MAX_SEED, BarterError, check_integer, check_seed, shown_path
 from ..training.checkpoints import check_can_create
 from ..training.data import parse_classes
 from ..training.run_config import RunConfig
@@ -86,8 +86,13 @@ def output_file(text: str) -> str:
     """A file to write at the end of the work: refused at once if it could not be written then."""
 
     path = Path(text)
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a folder: give a file name")
+    try:
+        is_folder = path.is_dir()
+    except OSError as error:            # a name too long
+        raise argparse.ArgumentTypeError(f"cannot write {shown_path(text)}: "
+                                         f"{error.strerror or type(error).__name__}") from None
+    if is_folder:
+        raise argparse.ArgumentTypeError(f"{shown_path(text)} is a folder: give a file name")
     try:
         check_can_create(path.parent)
     except BarterError as error:
@@ -101,7 +106,7 @@ def data_root(text: str) -> str:
     try:
         not_a_folder = Path(text).exists() and not Path(text).is_dir()
     except OSError as error:            # a parent folder we may not enter, a name too long
-        raise argparse.ArgumentTypeError(f"cannot use {text} as the data root: "
+        raise argparse.ArgumentTypeError(f"cannot use {shown_path(text)} as the data root: "
                                          f"{error.strerror or type(error).__name__}") from None
     if not_a_folder:
         raise argparse.ArgumentTypeError(f"{text} is a file: give the folder that holds the datasets")

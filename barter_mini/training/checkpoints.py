@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import json
 import math
 import os
@@ -49,7 +50,7 @@ from typing import Any, Callable
 import torch
 
 from ..core.models import CompactTransformer, build_model
-from ..errors import BarterError, choose
+from ..errors import BarterError, choose, shown_path
 from .checkpoint_contents import (ENTRY_CHECKS, building_from, check_entry, check_model_entries, check_weights,
                                   finite_number, model_shapes)
 from .methods import METHODS
@@ -94,10 +95,13 @@ def ensure_folder(folder: Path) -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        raise BarterError(f"cannot create the folder {folder}: a part of the path is a file; "
+        raise BarterError(f"cannot create the folder {shown_path(folder)}: a part of the path is a file; "
                           "choose a path whose parents are folders") from None
     except PermissionError:
-        raise BarterError(f"cannot create the folder {folder}: permission denied") from None
+        raise BarterError(f"cannot create the folder {shown_path(folder)}: permission denied") from None
+    except OSError as error:            # a name too long, a loop of links, no space left
+        raise BarterError(f"cannot create the folder {shown_path(folder)}: "
+                          f"{error.strerror or type(error).__name__}") from None
     return folder
 
 
@@ -106,17 +110,22 @@ def check_can_create(folder: Path) -> Path:
     part of the path must be a folder we may write in. Creates nothing."""
     folder = Path(folder)
     existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise BarterError(f"cannot create the folder {folder}: {existing} is a file; "
+    try:
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        is_folder = existing.is_dir()
+    except OSError as error:            # a name too long (exists() ignores only a missing part or a loop)
+        raise BarterError(f"cannot create the folder {shown_path(folder)}: "
+                          f"{error.strerror or type(error).__name__}") from None
+    if not is_folder:
+        raise BarterError(f"cannot create the folder {shown_path(folder)}: {shown_path(existing)} is a file; "
                           "choose a path whose parents are folders")
     # a trial folder, removed at once: os.access says yes to root and on read-only or
     # virtual file systems (/proc, /sys), where only an actual mkdir tells
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".barter-mini-probe.", dir=existing))
     except OSError as error:
-        raise BarterError(f"cannot create the folder {folder}: {existing} is not writable "
+        raise BarterError(f"cannot create the folder {shown_path(folder)}: {shown_path(existing)} is not writable "
                           f"({error.strerror or type(error).__name__})") from None
     return folder
 
@@ -127,20 +136,76 @@ def _umask() -> int:
     return mask
 
 
+#: the errors of a write that found no room: the device is full, or the user's quota is
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+#: what torch's zip writer raises when a write of it fell short (it drops the errno): the
+#: position it reached is not the one it wrote to, or the write failed
+TORCH_WRITE_FAILED = re.compile(r"unexpected pos|file write failed|PytorchStreamWriter failed")
+#: free bytes below which a failed write is taken for a full device (torch's writer says only
+#: that it fell short)
+LOW_SPACE = 64 << 20
+
+
+def _mount_of(folder: Path) -> Path:
+    """The mount point of the file system that holds ``folder`` (how a device is named)."""
+    folder = Path(os.path.abspath(folder))
+    while not os.path.ismount(folder) and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def _free_bytes(folder: Path) -> int | None:
+    try:
+        found = os.statvfs(folder)
+    except OSError:
+        return None
+    return found.f_bavail * found.f_frsize
+
+
+def failed_write(path: Path, error: BaseException) -> BarterError | None:
+    """The one-line error of a write of ``path`` that ended in ``error``, or None if ``error``
+    is no failed write: an OSError (no space left: :data:`NO_SPACE_ERRNOS`), or torch's zip
+    writer falling short (:data:`TORCH_WRITE_FAILED`), taken for a full device when less than
+    :data:`LOW_SPACE` is free there."""
+    if isinstance(error, OSError):
+        no_space = error.errno in NO_SPACE_ERRNOS
+        reason = error.strerror or type(error).__name__
+    elif isinstance(error, RuntimeError) and TORCH_WRITE_FAILED.search(str(error)):
+        free = _free_bytes(path.parent)
+        no_space = free is not None and free < LOW_SPACE
+        reason = "the write fell short"
+    else:
+        return None
+    intact = "the last checkpoint is intact" if path.suffix == ".pt" else f"an earlier {path.name} is intact"
+    if no_space:
+        quota = " (or your quota there)" if getattr(error, "errno", None) == errno.EDQUOT else ""
+        return BarterError(f"no space left on {_mount_of(path.parent)}{quota} while writing {path}; {intact}: "
+                           "free some space and run again (--resume continues a run)")
+    return BarterError(f"cannot write {path} ({reason}); {intact}")
+
+
 def write_atomically(path: Path, write: Callable[[str], None]) -> Path:
     """Write ``path`` through ``write(temporary_path)``, then rename it into place: a reader
-    sees the old file or the whole new one, never half of it; the file gets the umask's mode."""
+    sees the old file or the whole new one, never half of it; the file gets the umask's mode.
+    A write that fails (a full device, :func:`failed_write`) leaves the old file as it was,
+    removes the temporary one and is a one-line error."""
     path = Path(path)
     ensure_folder(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=TEMPORARY_PREFIX.format(name=path.name), dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=TEMPORARY_PREFIX.format(name=path.name), dir=path.parent)
+    except OSError as error:
+        raise failed_write(path, error) from None
     os.close(fd)
     try:
         write(tmp)
         # mkstemp makes 0600 files; a result gets what open() would give it (0666 less the umask)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         Path(tmp).unlink(missing_ok=True)
+        refusal = failed_write(path, error)
+        if refusal is not None:
+            raise refusal from None
         raise
     return path
 

@@ -29,6 +29,7 @@ import base64
 import hashlib
 import io
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -121,16 +122,48 @@ def _stamp(path: Path, stat: os.stat_result) -> tuple:
     return str(path.resolve()), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
+class ArraySizeLies(ValueError):
+    """An array's header in an ``.npz`` claims more bytes than its member holds."""
+
+
+def check_array_sizes(f) -> None:
+    """Refuse an ``.npz`` (the open file ``f``, left at its start) whose arrays' headers claim
+    more bytes than their members hold, before NumPy allocates what a header claims: a
+    damaged or crafted header of a few bytes may claim 86 GB (:class:`ArraySizeLies`)."""
+    with zipfile.ZipFile(f) as archive:
+        for info in archive.infolist():
+            if not info.filename.endswith(".npy"):
+                continue
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                               (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+                if read_header is None:
+                    raise ArraySizeLies(f"{info.filename} has an array format {version} NumPy does not write")
+                shape, _, dtype = read_header(member)
+                claimed = math.prod(shape) * dtype.itemsize
+                if claimed > info.file_size:
+                    raise ArraySizeLies(f"{info.filename}'s header claims {claimed:,} bytes, and it holds "
+                                        f"{info.file_size:,}")
+    f.seek(0)
+
+
 def _read_verified(path: Path) -> dict[str, np.ndarray]:
-    """The arrays in ``path`` if they are the decoded CIFAR-10's, else :class:`NotDecodedCifar10`."""
+    """The arrays in ``path`` if they are the decoded CIFAR-10's, else :class:`NotDecodedCifar10`
+    (a header that claims more than its array holds among them, :func:`check_array_sizes`)."""
     try:
         with open(path, "rb") as f:
             stamp = _stamp(path, os.fstat(f.fileno()))   # of the file read, even if replaced meanwhile
+            check_array_sizes(f)
             with np.load(f, allow_pickle=False) as saved:
                 arrays = {name: saved[name] for name in saved.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
-        raise NotDecodedCifar10(f"cannot read {path} ({type(error).__name__}): run `barter-mini data cifar10` "
-                                "to fetch and decode it again", f"unreadable: {type(error).__name__}") from None
+    except ArraySizeLies as error:
+        raise NotDecodedCifar10(f"{path} is damaged ({error}): run `barter-mini data cifar10` to fetch and decode "
+                                "it again", "damaged: an array's header claims more than the file holds") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, MemoryError) as error:
+        raise NotDecodedCifar10(f"cannot read {path} ({type(error).__name__}): the file is damaged; run "
+                                "`barter-mini data cifar10` to fetch and decode it again",
+                                f"unreadable: {type(error).__name__}") from None
     try:
         check_cifar10(arrays, path)
     except BarterError as error:
