@@ -8,6 +8,7 @@ and a last update that broke the weights. The two-user probes make the other use
 with ``chown`` or run a child as ``nobody``; they are skipped where this process cannot.
 """
 
+import errno
 import json
 import os
 import shutil
@@ -313,3 +314,18 @@ def test_a_run_whose_last_update_broke_the_weights_diverges(tmp_path, capsys):
     line = one_line(err, "diverged: ")
     assert status == DIVERGED_STATUS and "the validation loss after step 1" in line
     assert not (out / "metrics.json").exists()
+
+
+def test_export_onto_a_full_device_is_one_line_and_leaves_no_temporary_file(tmp_path, capsys, monkeypatch):
+    run = finished_run(tmp_path / "run")
+    outbox = tmp_path / "outbox"
+    outbox.mkdir()
+
+    def full(obj, f, *args, **kwargs):
+        f.write(b"PK")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(export.torch, "save", full)
+    status, err = run_cli(["export", run, "--out", outbox / "model.pt"], capsys)
+    assert status == 2 and f"while writing {outbox / 'model.pt'}" in one_line(err) and "no space left on" in err
+    assert list(outbox.iterdir()) == []

@@ -25,7 +25,7 @@ import torch
 from ..core.counting import count_parameters
 from ..core.surgery import allocation_of
 from .checkpoint_contents import building_from
-from .checkpoints import CHECKPOINT_FORMAT, RUN_KEYS, load_checkpoint, model_from_checkpoint
+from .checkpoints import CHECKPOINT_FORMAT, RUN_KEYS, failed_write, load_checkpoint, model_from_checkpoint
 from ..errors import BarterError
 from .methods import get_method
 from .run_folder import RUN_FILES, RUN_LOCK
@@ -63,18 +63,26 @@ def check_not_run_file(run_dir: Path, out: Path, folder_fd: int) -> None:
                           "export to a path outside them")
 
 
-def save_in_folder(folder_fd: int, name: str, checkpoint: dict) -> None:
-    """``checkpoint`` written as ``name`` inside the folder held open as ``folder_fd``, through
-    a temporary file renamed into place (a reader sees the old file or the whole new one)."""
-    tmp = f".{name}.{secrets.token_hex(4)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=folder_fd)
+def save_in_folder(folder_fd: int, out: Path, checkpoint: dict) -> None:
+    """``checkpoint`` written as ``out``'s name inside the folder held open as ``folder_fd``,
+    through a temporary file renamed into place (a reader sees the old file or the whole new
+    one); a failed write (a full device) removes the temporary file and is one line
+    (:func:`~barter_mini.training.checkpoints.failed_write`)."""
+    tmp = f".{out.name}.{secrets.token_hex(4)}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=folder_fd)
+    except OSError as error:
+        raise failed_write(out, error) from None
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(checkpoint, f)
-        os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
-    except BaseException:
+        os.replace(tmp, out.name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+    except BaseException as error:
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=folder_fd)
+        refusal = failed_write(out, error)
+        if refusal is not None:
+            raise refusal from None
         raise
 
 
@@ -103,6 +111,6 @@ def _export(path: Path, out: Path, folder_fd: int) -> dict:
     exported = {"format": CHECKPOINT_FORMAT, "method": method, "density": state["run"]["density"],
                 "model_config": state["model_config"], "allocation": allocation_of(model).as_dict(),
                 "model": model.state_dict()}
-    save_in_folder(folder_fd, out.name, exported)
+    save_in_folder(folder_fd, out, exported)
     return {"method": method, "density": state["run"]["density"], "params": count_parameters(model),
             "allocation": exported["allocation"], "out": str(out)}
