@@ -27,7 +27,8 @@ file makes a load allocate more than the file holds.
 
 Results are written through a temporary file beside the target, renamed into place
 (:func:`write_json`, :func:`save_checkpoint`), with the permissions the user's umask gives a
-new file: a shared cache stays readable by the group where the umask says so.
+new file: a cache stays readable by the group where the umask says so (others may read it,
+never write it: :mod:`~barter_mini.training.trusted_folders`).
 """
 
 from __future__ import annotations

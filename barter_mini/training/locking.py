@@ -7,8 +7,9 @@ once with a one-line :class:`~barter_mini.errors.BarterError` rather than made t
 duplicate job fails in seconds instead of holding a GPU for the length of a run. The file
 records its holder (host and process) for that message.
 
-A run or cache folder may be writable by others (a shared cache), so the lock file is opened
-as what it must be and nothing else: ``O_NOFOLLOW`` refuses a symbolic link planted in its
+A run or cache folder is refused where another user may write it
+(:mod:`~barter_mini.training.trusted_folders`); the lock file is still opened as what it must
+be and nothing else, for a folder that was writable once: ``O_NOFOLLOW`` refuses a symbolic link planted in its
 place (following it would truncate and overwrite the link's target, any file the user owns),
 and a file that is not a regular file of one link (a hard link to another file, a FIFO, a
 device) is refused before a byte is written, in one line.
