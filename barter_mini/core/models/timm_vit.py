@@ -68,7 +68,8 @@ def describe_timm_vit(model: nn.Module, name: str | None = None, kwargs: dict | 
     sizes read off the model (image and patch size, channels, classes, width, depth, heads,
     MLP width, qkv bias). The description is checked by rebuilding the model from it: if
     the rebuilt state dict differs in any key or shape, pass the ``kwargs`` the model was
-    created with. ``kwargs`` that would load weights (:func:`loads_weights`) are refused: a
+    created with. ``kwargs`` that would load weights
+    (:func:`~barter_mini.core.models.timm_vit.loads_weights`) are refused: a
     checkpoint of the model could not be read back.
     """
     loading = sorted(key for key in (kwargs or {}) if loads_weights(key))
