@@ -80,15 +80,15 @@ def default_cache_dir() -> Path:
     return Path(value)
 
 
-def check_cache_dir(cache_dir: Path | None = None, writable: bool = True) -> Path:
+def check_cache_dir(cache_dir: Path | None = None, writable: bool = True, create: bool = False) -> Path:
     """``cache_dir`` (default :func:`default_cache_dir`) if it is a folder, or, where it is to
     be ``writable``, a folder that can be created; else a one-line error naming where the path
     came from. Neither it nor a folder above it may be writable by another user
     (:func:`~barter_mini.training.trusted_folders.open_trusted_folder`): what the cache holds
-    decides what the book reports and what a fine-tuning run starts from. Creates nothing."""
+    decides what the book reports and what a fine-tuning run starts from. ``create``: make
+    the folder (never writable by others), else create nothing."""
     cache_dir = Path(cache_dir or default_cache_dir())
-    env = os.environ.get(CACHE_ENV, "")
-    origin = f" (${CACHE_ENV})" if env.strip() and Path(env) == cache_dir else ""
+    origin = _origin(cache_dir)
     try:
         if writable:
             check_can_create(cache_dir)
@@ -96,15 +96,14 @@ def check_cache_dir(cache_dir: Path | None = None, writable: bool = True) -> Pat
             raise BarterError(f"{cache_dir} is a file; give a folder")
     except BarterError as error:
         raise BarterError(f"the run cache{origin}: {error}") from None
-    check_trusted_folder(cache_dir, cache_what(cache_dir))
+    check_trusted_folder(cache_dir, f"the run cache {cache_dir}{origin}", create=create)
     return cache_dir
 
 
-def cache_what(cache_dir: Path) -> str:
-    """How refusals name the run cache ``cache_dir``: with ``$BARTER_MINI_CACHE`` where it came from there."""
+def _origin(cache_dir: Path) -> str:
+    """`` ($BARTER_MINI_CACHE)`` where ``cache_dir`` came from there, for refusals that name it."""
     env = os.environ.get(CACHE_ENV, "")
-    origin = f" (${CACHE_ENV})" if env.strip() and Path(env) == Path(cache_dir) else ""
-    return f"the run cache {cache_dir}{origin}"
+    return f" (${CACHE_ENV})" if env.strip() and Path(env) == cache_dir else ""
 
 
 def _file_record(path: Path) -> dict:
@@ -373,8 +372,7 @@ def cached_train(run: RunConfig, cache_dir: Path | None = None, train_missing: b
         raise BarterError(f"run {target.name} {where} and {TRAIN_ENV}=0 "
                           f"forbids training here: train it with `{command}`{book} "
                           f"(same cache: {CACHE_ENV}={target.parent}), or unset {TRAIN_ENV}")
-    check_cache_dir(target.parent)
-    check_trusted_folder(target.parent, cache_what(target.parent), create=True)
+    check_cache_dir(target.parent, create=True)
     with run_lock(target):
         refuse_links(target, partial_dir(target))
         state, damage = entry_state(target, run)     # another process may have completed it meanwhile

@@ -328,9 +328,8 @@ def fit_one_epoch(t: Training, after_each_step=None) -> dict:
         if p.step >= t.total_steps:          # a compute budget can end inside an epoch
             break
     bar.close()
-    read_losses(t)
+    check_recent_losses(t)               # reads what is still on the device; a divergence it sees is named first
     val = evaluate(t.model, t.loaders[1], t.device, t.parts.execution)
-    check_recent_losses(t)               # the training loss names a divergence first, where it saw one
     check_validation_loss(val["loss"], p.step, t.config.num_classes)
     entry = {"epoch": epoch, "step": p.step, "train_loss": float(np.mean(p.epoch_losses)),
              "val_acc": val["acc"], "val_macro_f1": val["macro_f1"],

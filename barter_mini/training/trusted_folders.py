@@ -30,7 +30,6 @@ import pwd
 import shlex
 import stat
 from pathlib import Path
-from typing import Iterator
 
 from ..errors import BarterError
 
@@ -140,17 +139,6 @@ def check_trusted_folder(path: str | Path, what: str, create: bool = False, priv
     if fd >= 0:
         os.close(fd)
     return Path(os.path.realpath(os.path.abspath(path)))
-
-
-@contextlib.contextmanager
-def trusted_folder(path: str | Path, what: str, create: bool = True, private: bool = False) -> Iterator[int]:
-    """:func:`open_trusted_folder` as a context: the descriptor, closed at the end."""
-    fd = open_trusted_folder(path, what, create=create, private=private)
-    try:
-        yield fd
-    finally:
-        if fd >= 0:
-            os.close(fd)
 
 
 def check_own_files(folder: Path, names, what: str) -> None:
