@@ -90,7 +90,7 @@ def open_trusted_folder(path: str | Path, what: str, create: bool = False, priva
     every folder above it passed the check in this module's docstring; the caller closes it.
     ``create``: make the missing folders (``0700`` if ``private``, else ``0755``: never
     writable by others, whatever the umask). ``private``: the folder must be this user's, not
-    root's. ``what`` names the folder in refusals ("the run cache /x (--cache)").
+    root's. ``what`` names the folder in refusals (``"the run cache /x ($BARTER_MINI_CACHE)"``).
 
     Without ``create`` a missing folder checks its nearest existing ancestor and returns -1:
     it will be made (by a call with ``create``) inside folders that passed. ``trust`` False
