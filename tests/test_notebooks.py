@@ -1,5 +1,6 @@
 """Notebook parameters, their failures, and the book pipeline's refusal to publish a failure."""
 
+import ast
 import re
 import shutil
 from pathlib import Path
@@ -53,35 +54,74 @@ def test_stored_stripped_on_the_python3_kernel_and_openable_in_lab(notebook):
     assert "make lab" in box and "parameters cell" in box, f"{notebook.name}: the rerun box does not mention make lab"
 
 
-#: what a notebook must leave to barter_mini (a run's configuration, a palette, the update's
-#: selection loops, a function of its own), and per notebook what it must call instead
-NOT_IN_A_NOTEBOOK = ("RunConfig(", "color_palette", "\ndef ", "select_donors(", "select_receiver(")
-NOT_IN = {"04_efficiency.ipynb": (".merge(",)}
-#: per notebook, what it may do all the same: chapter 00 is the one whose algorithm lives on the
-#: page (its own functions, in plain PyTorch), checked against barter_mini's update; chapter 01
-#: calls the update's selection rules themselves, one step at a time, and shows their scores
-ALLOWED_IN = {"00_barter_from_scratch.ipynb": ("\ndef ",),
-              "01_walkthrough.ipynb": ("select_donors(", "select_receiver(")}
-CALLS = {"00_barter_from_scratch.ipynb": ("topology_update(", "BarterController("),
-         "01_walkthrough.ipynb": ("walkthrough_run(", "select_receiver(", "select_donors(", "select_parents(",
-                                  "clone(", "prune_donors("),
-         "02_from_scratch.ipynb": ("readable(runs",),
-         "04_efficiency.ipynb": ("compute_beside_paper(", "readable(beside", "readable(updates"),
-         "06_finetuning.ipynb": ("run_finetuning(", "finetuning_beside_paper(", "compute_matched_gains(",
-                                 "reading_the_results("),
-         "07_optimizer_state.ipynb": ("run_policies(", "policy_table(", "plot_loss_around_updates(",
-                                     "reading_the_results("),
-         "08_transfer_counts.ipynb": ("run_multipliers(", "multipliers_beside_paper(")}
+#: the book layer's public functions and classes that only one chapter uses, still in the
+#: package: each belongs in its chapter's cells (d2l's rule), and leaves this list when it moves
+ONE_CHAPTER_DEBT = {
+    "04": {"cost_by_density", "iphone_comparison", "plot_compute_and_size", "plot_cost_against_density",
+           "plot_accuracy_against_step_time", "plot_efficiency", "plot_step_profile"},
+    "05": {"map_table", "paper_gaps", "plot_map", "map_reading", "train_cells", "probed_labels",
+           "run_variants", "paired_against", "paired_table", "update_costs", "clone_divergence",
+           "importance_frame", "plot_paired", "plot_importance", "plain_summary"},
+    "06": {"summarize_finetuning", "paper_finetuning", "finetuning_beside_paper",
+           "compute_matched_gains", "plot_compute_matched"},
+    "01": {"plot_training_curves", "plot_allocation_heatmaps",
+           "warmed_up_model", "layer_scores", "unit_scores", "scores_table", "moment_norms", "summary_table",
+           "run_summary"},
+    "02": {"beside_paper", "gaps_to", "rankings_beside_paper", "from_scratch_headline", "from_scratch_findings"},
+    "03": {"paper_ablation_differences", "ablation_findings", "plot_ablation_differences"},
+    "07": {"runs_legend", "figure_legend", "policy_table", "plot_loss_around_updates"},
+    "08": {"runs_table", "multipliers_beside_paper", "plot_multipliers"},
+}
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebooks_stay_thin(notebook):
-    code = "\n" + "\n".join(c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code")
-    forbidden = [p for p in NOT_IN_A_NOTEBOOK if p not in ALLOWED_IN.get(notebook.name, ())]
-    found = [pattern.strip() for pattern in forbidden + list(NOT_IN.get(notebook.name, ())) if pattern in code]
-    assert not found, f"{notebook.name} computes inline what belongs in barter_mini: {found}"
-    missing = [call for call in CALLS.get(notebook.name, ()) if call not in code]
-    assert not missing, f"{notebook.name} no longer calls {missing}"
+def _code_of(notebook: Path) -> str:
+    return "\n".join(c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code")
+
+
+def book_layer_users() -> dict[tuple[str, str], tuple[set[str], bool]]:
+    """Per public function or class of ``barter_mini.book`` (module, name): the chapters whose
+    cells use it, and whether the package needs it otherwise (another module, the command line,
+    the sweep, or a function of its own module that the package or two chapters need)."""
+    package = {path: path.read_text() for path in (REPO / "barter_mini").rglob("*.py")}
+    chapters = {path.name[:2]: _code_of(path) for path in NOTEBOOKS}
+    defined, calls = {}, {}
+    for path in sorted((REPO / "barter_mini" / "book").glob("*.py")):
+        tree = ast.parse(package[path])
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                defined[(path, node.name)] = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | \
+                                             {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+    uses = {}
+    for (path, name) in defined:
+        word = re.compile(rf"\b{name}\b")
+        uses[(path, name)] = ({c for c, code in chapters.items() if word.search(code)},
+                              any(word.search(text) for other, text in package.items() if other != path))
+    needed = {key for key, (used_by, elsewhere) in uses.items() if elsewhere or len(used_by) > 1}
+    changed = True
+    while changed:      # what a needed function of the same module calls is needed too
+        changed = False
+        for (path, name), names in defined.items():
+            if (path, name) in needed:
+                for (other_path, other) in defined:
+                    if other_path == path and other in names and (path, other) not in needed:
+                        needed.add((path, other))
+                        changed = True
+    return {(path.stem, name): (used_by, (path, name) in needed)
+            for (path, name), (used_by, _) in uses.items() if not name.startswith("_")}
+
+
+def test_a_page_defines_what_only_it_uses():
+    """A function one chapter needs is written in that chapter's cells; what two chapters, the
+    command line or the sweep need lives in the package (d2l's rule)."""
+    only_one = {}
+    for (module, name), (used_by, needed) in book_layer_users().items():
+        if len(used_by) == 1 and not needed:
+            only_one.setdefault(next(iter(used_by)), set()).add(name)
+    for chapter in sorted(set(only_one) | set(ONE_CHAPTER_DEBT)):
+        new = only_one.get(chapter, set()) - ONE_CHAPTER_DEBT.get(chapter, set())
+        assert not new, f"chapter {chapter} is the only user of {sorted(new)}: define them in its cells"
+        moved = ONE_CHAPTER_DEBT.get(chapter, set()) - only_one.get(chapter, set())
+        assert not moved, f"{sorted(moved)} no longer serve chapter {chapter} alone: strike them from ONE_CHAPTER_DEBT"
 
 
 def run_with(notebook, tmp_path, **parameters):
