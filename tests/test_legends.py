@@ -66,9 +66,6 @@ def _loss_changes():
 
 FIGURES = {
     "accuracy_against_density": lambda: report.plot_accuracy_against_density(_by_density(), _by_density()),
-    "ablation_differences": lambda: report.plot_ablation_differences(pd.DataFrame(
-        {"method": ["static", "random-pair"], "acc_diff": [-1.0, 0.5], "f1_diff": [-0.8, 0.4],
-         "acc": [60.0, 61.5], "f1": [59.0, 60.0]})),
     "compute_and_size": lambda: report.plot_compute_and_size({"cct-mini": _by_density().to_dict("records")}),
     "cost_against_density": lambda: report.plot_cost_against_density(
         {"cct-paper": _by_density().to_dict("records"), "vit-paper": _by_density().to_dict("records")}, "cpu"),

@@ -67,8 +67,8 @@ ONE_CHAPTER_DEBT = {
     "01": {"plot_training_curves", "plot_allocation_heatmaps",
            "warmed_up_model", "layer_scores", "unit_scores", "scores_table", "moment_norms", "summary_table",
            "run_summary"},
-    "02": {"beside_paper", "gaps_to", "rankings_beside_paper", "from_scratch_headline", "from_scratch_findings"},
-    "03": {"paper_ablation_differences", "ablation_findings", "plot_ablation_differences"},
+    "02": set(),
+    "03": set(),
     "07": {"runs_legend", "figure_legend", "policy_table", "plot_loss_around_updates"},
     "08": {"runs_table", "multipliers_beside_paper", "plot_multipliers"},
 }

@@ -16,7 +16,7 @@ from ..errors import BarterError
 from .experiments import final_allocations
 from .figures import MAX_WIDTH_IN, stacked_panels
 from .palette import DENSE_COLOR, METHOD_ORDER, METHOD_PALETTE, method_legend, method_style, require_method_legend
-from .tables import column_words, signed
+from .tables import column_words
 
 
 def budget_table(densities=(0.1, 0.3, 0.5, 0.7), models=("cct-paper", "vit-paper", "cct-mini")) -> pd.DataFrame:
@@ -203,29 +203,6 @@ def plot_accuracy_against_density(summary: pd.DataFrame, paper: pd.DataFrame | N
         axes[0].plot([], [], "o", mfc="white", mec="0.3", mew=1.5, label="hollow: this build's own runs")
     axes[-1].set_xlabel("density rho (fraction of heads and FFN channels, or of weights)")
     method_legend(fig)
-    require_method_legend(fig)
-    return fig
-
-
-def plot_ablation_differences(differences: pd.DataFrame, reference: str = "barter"):
-    """Figure 6: bars of each variant's Top-1 and macro-F1 minus BARTER's, in points, with the
-    variant's own score (%) in parentheses."""
-    long = pd.concat([
-        pd.DataFrame({"variant": differences["method"], "metric": "Top-1", "difference": differences["acc_diff"],
-                      "score": differences["acc"]}),
-        pd.DataFrame({"variant": differences["method"], "metric": "macro-F1", "difference": differences["f1_diff"],
-                      "score": differences["f1"]})])
-    fig, ax = plt.subplots(figsize=(MAX_WIDTH_IN, 3.6), constrained_layout=True)
-    sns.barplot(long, x="variant", y="difference", hue="metric", ax=ax, palette=sns.color_palette("colorblind", 2))
-    for container, metric in zip(ax.containers, ("Top-1", "macro-F1")):
-        scores = long[long["metric"] == metric]["score"]
-        ax.bar_label(container, labels=[f"{signed(d)}\n({s:.1f})" for d, s in
-                                        zip(long[long["metric"] == metric]["difference"], scores)],
-                     fontsize="small", padding=2)
-    ax.axhline(0, color="black", lw=0.8)
-    ax.set_xlabel("variant")
-    ax.set_ylabel(f"variant minus {reference} (percentage points)")
-    ax.margins(y=0.3)
     require_method_legend(fig)
     return fig
 
