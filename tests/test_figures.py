@@ -22,13 +22,6 @@ from barter_mini.errors import BarterError  # noqa: E402
 from test_legends import FIGURES as LEGEND_FIGURES  # noqa: E402
 
 
-def _metrics(layers=4, updates=20):
-    rng = np.random.default_rng(0)
-    history = [{"step": 10 * u, "heads": list(rng.integers(1, 6, layers)), "ffn": list(rng.integers(20, 60, layers))}
-               for u in range(updates)]
-    return {"allocation_history": history}
-
-
 def _profiled_rows():
     categories = report.PROFILE_CATEGORIES
     return [{"method": m, "density": d, **{f"profile_{c}_ms": 1.0 + i for i, c in enumerate(categories)}}
@@ -55,14 +48,8 @@ def _map_cells():
 
 FIGURES = {
     **LEGEND_FIGURES,
-    "allocation_heatmaps": lambda: report.plot_allocation_heatmaps(_metrics()),
-    "allocation_heatmaps_long": lambda: report.plot_allocation_heatmaps(_metrics(layers=7, updates=60)),
     "final_allocations": lambda: report.plot_final_allocations(_runs()),
     "step_profile": lambda: report.plot_step_profile({"cct-paper": _profiled_rows(), "vit-paper": _profiled_rows()}),
-    "training_curves": lambda: report.plot_training_curves(
-        {"curve": [{"step": s, "train_acc": 0.1 * s} for s in range(5)],
-         "history": [{"step": 4, "val_acc": 0.3}], "method": "barter", "model": "cct-mini", "density": 0.3,
-         "dataset": "cifar10", "allocation_history": _metrics()["allocation_history"][:3]}).figure,
     "importance": lambda: reallocation_study.plot_importance(_importance()),
     "map": lambda: reallocation_map.plot_map(_map_cells(), pd.DataFrame({"density": [0.1, 0.3], "gap": [2.97, 1.0]})),
 }

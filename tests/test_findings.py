@@ -92,12 +92,6 @@ def test_counts_agree_with_their_noun_and_zeros_have_no_sign():
     assert shown(-0.00041) == "0.000" and shown(-0.25) == "-0.250"
 
 
-def test_an_allocation_that_ends_where_it_started_is_not_said_to_have_gone_anywhere():
-    from barter_mini.book.walkthrough import _change_words
-    assert _change_words("Heads per layer", [3, 3, 3], [3, 3, 3]) == "Heads per layer ended as they started (3 / 3 / 3)"
-    assert _change_words("Heads per layer", [3, 3, 3], [2, 3, 4]) == "Heads per layer went from 3 / 3 / 3 to 2 / 3 / 4"
-
-
 def test_the_introductions_efficiency_sentence_spans_the_densities_and_says_one_value_once():
     from barter_mini.book.efficiency import headline
     rows = [{"model": "cct-paper", "execution": "eager", "density": d, "speedup": s, "efficiency": e,

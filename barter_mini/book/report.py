@@ -111,52 +111,6 @@ TRANSFER_COST_COLUMNS = ("multiplier", "head_transfers", "ffn_transfers", "updat
 STEP_TIME_COLUMNS = ("method", "density", "step_ms", "acc", "runs", "source")
 
 
-def plot_training_curves(metrics: dict, ax=None):
-    """Running training accuracy per step and validation accuracy per epoch (percent)."""
-    ax = ax or plt.subplots(figsize=(MAX_WIDTH_IN, 3.5), constrained_layout=True)[1]
-    curve = pd.DataFrame(metrics["curve"])
-    history = pd.DataFrame(metrics["history"])
-    if not curve.empty:
-        ax.plot(curve["step"], 100 * curve["train_acc"], label="training batches (running)")
-    ax.plot(history["step"], 100 * history["val_acc"], "o-", label="validation (end of epoch)")
-    updates = [h["step"] for h in metrics.get("allocation_history", [])[1:]]
-    for i, step in enumerate(updates):
-        ax.axvline(step, color="grey", alpha=0.25, lw=0.8, label="topology update" if i == 0 else None)
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("Top-1 accuracy (%)")
-    ax.set_title(f"{metrics['method']} {metrics['model']} at density {metrics['density']:g} on {metrics['dataset']}")
-    ax.legend(loc="lower right")
-    return ax
-
-
-def allocation_frame(metrics: dict, kind: str) -> pd.DataFrame:
-    """Units of ``kind`` ("heads" or "ffn") per layer (rows) after each update (columns: step)."""
-    history = metrics["allocation_history"]
-    return pd.DataFrame(np.array([h[kind] for h in history]).T,
-                        columns=[h["step"] for h in history],
-                        index=pd.Index(range(len(history[0][kind])), name="layer"))
-
-
-def plot_allocation_heatmaps(metrics: dict):
-    """Heads and FFN channels per layer over training, one full-width heatmap each (one above
-    the other), every cell annotated with its count while the columns leave room for it."""
-    frames = {kind: allocation_frame(metrics, kind) for kind in ("heads", "ffn")}
-    updates = frames["heads"].shape[1]
-    fig, axes = stacked_panels(2, 0.4 * frames["heads"].shape[0] + 1.3)
-    for ax, (kind, frame), label in zip(axes, frames.items(), ("attention heads", "FFN channels")):
-        # a count is written in its cell while the cells are wide enough for it at 8 pt
-        annotate = updates <= (24 if kind == "heads" else 16)
-        sns.heatmap(frame, ax=ax, cmap="viridis", annot=annotate, fmt="d", annot_kws={"fontsize": 8},
-                    cbar_kws={"label": f"{label} per layer", "pad": 0.01, "ticks": _integer_ticks(frame)})
-        ax.set_xlabel("optimizer step of the update (0 = initial allocation)")
-        ax.set_ylabel("layer")
-        ax.set_title(f"{label}: budget {int(frame.iloc[:, 0].sum())}, fixed")
-        if updates > 10:
-            ticks = np.linspace(0, updates - 1, 8).astype(int)
-            ax.set_xticks(ticks + 0.5, [frame.columns[t] for t in ticks], rotation=0)
-    return fig
-
-
 def _integer_ticks(frame: pd.DataFrame) -> list[int]:
     """At most six whole-number colour-bar ticks over ``frame``'s range (a count has no
     fractions)."""
