@@ -342,27 +342,3 @@ def test_other_classes_reinitialise_the_classifier_even_at_the_same_count(tmp_pa
     _, same = load_dense_weights(tmp_path / "pre" / "best.pt", config, "digits", [0, 1, 2, 3, 4])
     _, other = load_dense_weights(tmp_path / "pre" / "best.pt", config, "digits", (5, 6, 7, 8, 9))
     assert not same and other
-
-
-def test_reading_the_results_is_composed_from_the_runs_beside_the_paper():
-    import pandas as pd
-
-    from barter_mini.book.finetuning import FULL, MATCHED, paper_finetuning, reading_the_results
-
-    rows = []
-    for seed in (0, 1, 2):
-        for method, acc, pflops in (("rigl", 80 + seed, 2.5), ("barter", 81 + seed, 1.0), ("static", 83, 1.0)):
-            rows.append({"method": method, "density": 0.3, "seed": seed, "schedule": FULL, "epochs": 3,
-                         "pflops": pflops, "acc": acc})
-        rows.append({"method": "barter", "density": 0.3, "seed": seed, "schedule": MATCHED, "epochs": 7.5,
-                     "pflops": 2.5, "acc": 84 + seed})
-    runs = pd.DataFrame(rows)
-    text = reading_the_results(runs, paper_finetuning())
-    assert "cost 0.40 of RigL's training PFLOPs (paper: 0.31)" in text
-    assert "7.5 epochs instead of 3: +3.00 ± 0.00 points (beyond the seed noise)" in text and "(paper: +1.37 and +2.01)" in text
-    assert ("BARTER (82.00) is +1.00 ± 0.00 points (beyond the seed noise) against RigL and ranks 2 of the 3 "
-            "sparse methods (above it: static).") in text
-    first = reading_the_results(runs[runs["method"] != "static"])
-    assert "against RigL and ranks 1 of the 2 sparse methods." in first and "above it" not in first
-    assert "one seed" not in text
-    assert "pass `seeds: [0, 1, 2]`" in reading_the_results(runs[runs["seed"] == 0])

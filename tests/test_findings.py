@@ -106,29 +106,6 @@ def test_the_introductions_efficiency_sentence_spans_the_densities_and_says_one_
     assert headline(pd.DataFrame(rows[2:]), "cpu") == "No eager BARTER and RigL pair was measured in this build."
 
 
-def test_the_introductions_finetuning_sentence_names_the_epochs_that_buy_the_gain():
-    from barter_mini.book.finetuning import FULL, MATCHED, headline
-    rows = []
-    for seed in (0, 1, 2):
-        for method, acc, pflops in (("rigl", 80 + seed, 2.5), ("barter", 81 + seed, 1.0)):
-            rows.append({"method": method, "density": 0.3, "seed": seed, "schedule": FULL, "epochs": 3,
-                         "pflops": pflops, "acc": acc})
-        rows.append({"method": "barter", "density": 0.3, "seed": seed, "schedule": MATCHED, "epochs": 7.5,
-                     "pflops": 2.5, "acc": 84 + seed})
-    runs = pd.DataFrame(rows)
-    assert headline(runs) == (
-        "At rho = 0.3, BARTER fine-tuned for 0.40 of RigL's training compute and ended +1.00 ± 0.00 points (beyond "
-        "the seed noise) against RigL; given RigL's compute (7.5 epochs instead of 3, so much of the gain is simply "
-        "longer training) it gained +3.00 ± 0.00 points (beyond the seed noise) over its recipe epochs (3 seeds).")
-    assert headline(runs[runs["seed"] == 0]).endswith("+3.00 points over its recipe epochs (1 seed).")
-    assert headline(runs[runs["schedule"] == FULL]) == "No compute-matched BARTER run was trained in this build."
-
-
-def test_a_gap_that_rounds_to_zero_prints_without_a_sign():
-    from barter_mini.book.finetuning import _gap
-    assert _gap(pd.Series([-0.001])) == "0.00 points" and _gap(pd.Series([0.004])) == "0.00 points"
-
-
 def test_words_are_listed_as_a_sentence_lists_them():
     from barter_mini.book.tables import listed
     assert listed([]) == "" and listed(["a"]) == "a" and listed(("a", "b")) == "a and b"

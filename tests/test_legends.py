@@ -10,7 +10,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib import pyplot as plt  # noqa: E402
 
-from barter_mini.book import finetuning, optimizer_state, reallocation_study, report, transfer_counts  # noqa: E402
+from barter_mini.book import optimizer_state, reallocation_study, report, transfer_counts  # noqa: E402
 from barter_mini.book import palette  # noqa: E402
 from barter_mini.book.palette import (METHOD_PALETTE, method_style, methods_missing_from_legend,  # noqa: E402
                                      require_method_legend)
@@ -50,15 +50,6 @@ def _by_density():
     return pd.DataFrame(rows)
 
 
-def _compute_matched():
-    rows = [{"method": m, "schedule": s, "density": d, "pflops": p * d, "acc_mean": 60.0 + 10 * d, "acc_std": 0.3}
-            for m, s, p in (("barter", finetuning.FULL, 1.0), ("barter", finetuning.MATCHED, 3.0),
-                            (finetuning.COMPUTE_REFERENCE, finetuning.FULL, 3.0)) for d in (0.1, 0.3)]
-    rows.append({"method": "dense", "schedule": finetuning.FULL, "density": 1.0, "pflops": 3.0, "acc_mean": 72.0,
-                 "acc_std": 0.2})
-    return pd.DataFrame(rows)
-
-
 def _loss_changes():
     return pd.DataFrame([{"method": m, "policy": p, "seed": 0, "offset": o, "change": 0.01 * o}
                          for m, p in optimizer_state.POLICIES for o in range(-2, 4)])
@@ -70,7 +61,6 @@ FIGURES = {
     "cost_against_density": lambda: report.plot_cost_against_density(
         {"cct-paper": _by_density().to_dict("records"), "vit-paper": _by_density().to_dict("records")}, "cpu"),
     "accuracy_against_step_time": lambda: report.plot_accuracy_against_step_time(_by_density()),
-    "compute_matched": lambda: finetuning.plot_compute_matched(_compute_matched(), _compute_matched()),
     "paired": lambda: reallocation_study.plot_paired(pd.DataFrame(
         [{"variant": v, "seed": s, "val_acc": 60.0 + s} for v in ("static", "barter") for s in (0, 1)]), "static"),
     "multipliers": lambda: transfer_counts.plot_multipliers(pd.DataFrame(
@@ -91,7 +81,7 @@ def test_every_book_figure_names_the_methods_it_draws(name):
 
 def test_the_figures_that_draw_methods_in_their_colours_are_checked_on_something():
     """The check is not vacuous: these figures do draw methods in the palette's colours."""
-    for name in ("accuracy_against_density", "compute_matched", "multipliers"):
+    for name in ("accuracy_against_density", "multipliers"):
         fig = FIGURES[name]()
         try:
             drawn = {method for ax in fig.axes for colour in palette._drawn_colours(ax)

@@ -62,8 +62,6 @@ ONE_CHAPTER_DEBT = {
     "05": {"map_table", "paper_gaps", "plot_map", "map_reading", "train_cells", "probed_labels",
            "run_variants", "paired_against", "paired_table", "update_costs", "clone_divergence",
            "importance_frame", "plot_paired", "plot_importance", "plain_summary"},
-    "06": {"summarize_finetuning", "paper_finetuning", "finetuning_beside_paper",
-           "compute_matched_gains", "plot_compute_matched"},
     "02": set(),
     "03": set(),
     "07": {"runs_legend", "figure_legend", "policy_table", "plot_loss_around_updates"},
