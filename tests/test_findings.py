@@ -6,38 +6,6 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-def _multiplier_runs(seeds=(0, 1)) -> pd.DataFrame:
-    rows = []
-    for multiplier, acc, cost, ffn in ((1.0, 60.0, 0.02, 10), (4.0, 61.0, 0.08, 40)):
-        for seed in seeds:
-            rows.append({"multiplier": multiplier, "seed": seed, "acc": acc + 0.1 * seed, "f1": acc,
-                         "update_ms_per_step": cost, "head_transfers": 1, "ffn_transfers": ffn})
-    return pd.DataFrame(rows)
-
-
-def test_transfer_counts_conclusion_and_figure():
-    import matplotlib
-    matplotlib.use("Agg")
-    from barter_mini.book.transfer_counts import plot_multipliers, what_this_showed
-    text = what_this_showed(_multiplier_runs())
-    assert "4x moved 1 head and 40 FFN channels against 1 and 10 at 1x, and changed test Top-1 by +1.00 points" in text
-    assert "(the paper, ViT/Tiny-ImageNet: +0.53)" in text
-    assert "0.020 ms per training step at 1x and 0.080 ms at 4x (4.0x); the paper's grew 4.1x" in text
-    assert "Paired by seed over 2 seeds, the gain's sd is 0.00: beyond the seed noise" in text
-    noisy = _multiplier_runs().assign(acc=[60.0, 62.0, 61.0, 61.5])          # gains +1.0 and -0.5
-    assert "the gain's sd is 1.06: within the seed noise" in what_this_showed(noisy)
-    assert "decides nothing" in what_this_showed(_multiplier_runs(seeds=(0,)))
-    assert "nothing to compare" in what_this_showed(_multiplier_runs().query("multiplier == 1"))
-    figure = plot_multipliers(noisy)
-    gain_ax, cost_ax = figure.axes
-    labels = sorted(t.get_text() for t in gain_ax.get_legend().get_texts())
-    assert labels == ["barter, here (mean ± std of the gain paired by seed)", "paper, ViT/Tiny-ImageNet (Table 16)"]
-    assert list(gain_ax.get_xticks()) == [1, 2, 4, 6]
-    bars = gain_ax.containers[0]                      # the error bars: the paired gains' std, 0 at 1x
-    lows = [segment[0][1] for segment in bars.lines[2][0].get_segments()]
-    highs = [segment[1][1] for segment in bars.lines[2][0].get_segments()]
-    assert [round(h - l, 2) for l, h in zip(lows, highs)] == [0.0, round(2 * pd.Series([1.0, -0.5]).std(), 2)]
-
 
 def test_efficiency_conclusion_states_speedup_ideal_and_memory():
     from barter_mini.book.efficiency import what_this_showed
@@ -71,13 +39,6 @@ def test_composed_sentences_never_print_a_rounded_zero_as_a_result():
     """The edge values (zero, equal, below the printed precision): no "0.0x", no "0.000 ms",
     no sign compared on "+0.00" and no "at most 0.00 %"."""
     from barter_mini.book.efficiency import what_this_showed as efficiency_showed
-    from barter_mini.book.transfer_counts import what_this_showed as transfer_showed
-    free = _multiplier_runs().assign(update_ms_per_step=lambda frame: frame["multiplier"] * 1e-5)
-    text = transfer_showed(free)
-    assert "under 0.001 ms per training step at 1x and under 0.001 ms at 4x" in text
-    assert "0.0x" not in text and "0.000 ms" not in text and "inf" not in text
-    equal = _multiplier_runs().assign(update_ms_per_step=0.05)
-    assert "0.050 ms per training step at 1x and 0.050 ms at 4x (1.0x)" in transfer_showed(equal)
     comparison = pd.DataFrame([
         {"model": "cct-mini", "execution": "eager", "density": 0.3, "speedup": 1.1, "ideal_speedup": 1.5,
          "efficiency": 0.7, "memory_fraction": 0.8, "update_percent_of_training": 0.0}])

@@ -64,8 +64,6 @@ ONE_CHAPTER_DEBT = {
            "importance_frame", "plot_paired", "plot_importance", "plain_summary"},
     "02": set(),
     "03": set(),
-    "07": {"runs_legend", "figure_legend", "policy_table", "plot_loss_around_updates"},
-    "08": {"runs_table", "multipliers_beside_paper", "plot_multipliers"},
 }
 
 
