@@ -28,7 +28,7 @@ import pytest
 import torch
 import yaml
 
-from barter_mini.book.grids import notebook_defaults
+from barter_mini.book.plans import notebook_defaults
 
 REPO = Path(__file__).resolve().parents[1]
 CHAPTERS = [REPO / "book" / "method.md", *sorted((REPO / "notebooks").glob("[0-9]*.ipynb"))]

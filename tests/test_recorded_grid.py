@@ -10,13 +10,16 @@ import shlex
 import pytest
 
 from barter_mini.book.build import REPO
-from barter_mini.book.grids import book_stages
 from barter_mini.book.finetuning import finetuning_runs
+from barter_mini.book.plans import book_stages, chapter_plan, recorded_grids
 from barter_mini.book.profiles import resolve_profile
-from barter_mini.book.recorded_grid import FINETUNING, GRIDS, MULTIPLIERS, PROVENANCE, RecordedGrid
+from barter_mini.book.recorded_grid import PROVENANCE, RecordedGrid
 from barter_mini.cli import build_parser
 from barter_mini.errors import BarterError
 from barter_mini.training.cache import cached_train, run_dir
+
+
+GRIDS = recorded_grids()
 
 
 def _names(runs) -> list[str]:
@@ -39,7 +42,7 @@ def test_the_grid_command_trains_exactly_the_chapters_runs_and_the_builds_own_am
 
 
 def test_the_table_is_read_from_a_real_cache_and_a_missing_run_names_the_command(tmp_path):
-    grid = RecordedGrid("tiny", "08", {"multipliers": [1, 2], "seeds": [0], "dataset": "digits"}, MULTIPLIERS.table)
+    grid = RecordedGrid("tiny", chapter_plan("08"), {"multipliers": [1, 2], "seeds": [0], "dataset": "digits"})
     first, second = grid.runs("smoke")
     cached_train(first, tmp_path / "cache")
     command = grid.command("smoke")
@@ -62,14 +65,14 @@ def test_the_table_is_read_from_a_real_cache_and_a_missing_run_names_the_command
 def _read_by_a_chapter(grid) -> bool:
     """Whether the grid's chapter notebook reads its recorded file."""
     notebook = next((REPO / "notebooks").glob(f"{grid.chapter}_*.ipynb"))
-    return f"{grid.name.upper()}.read(" in notebook.read_text()
+    return f'recorded_grid(\\"{grid.name}\\")' in notebook.read_text()
 
 
 def _table_rows(grid) -> int:
     """How many rows the chapter's table of the grid has: one per run, except chapter 06's,
     whose table holds the fine-tuning runs (after the recipe's epochs, and compute-matched
     BARTER per sparse density and seed) and not the pretraining runs they start from."""
-    if grid is not FINETUNING:
+    if grid.name != "finetuning":
         return len(grid.runs())
     p = grid.notebook_parameters()
     matched = p["compute_matched"] * sum(d < 1 for d in p["densities"]) * len(p["seeds"])

@@ -190,7 +190,7 @@ def test_local_jobs_share_the_cores_and_slurm_jobs_use_their_cpus():
 
 def test_book_stages_list_dependent_runs_once_their_sources_exist(tmp_path, monkeypatch):
     from barter_mini.book.experiments import grid_runs as notebook_grid
-    from barter_mini.book.grids import book_stages
+    from barter_mini.book.plans import book_stages
     from barter_mini.book.profiles import resolve_profile
 
     monkeypatch.setenv("BARTER_MINI_CACHE", str(tmp_path))

@@ -22,10 +22,6 @@ from ..training.run_config import RunConfig
 
 #: the paper's reference tables, transcribed as CSV (comment line first)
 PAPER_DIR = Path(__file__).resolve().parents[2] / "data" / "paper"
-#: the methods of Table 1, in the paper's order, then the compact ones
-FROM_SCRATCH_METHODS = ("dense", "set", "snfs", "rigl", "srigl", "s2vite", "static", "barter")
-#: Figure 6 / Table 12: BARTER's ablations, each compared with BARTER itself
-ABLATION_METHODS = ("static", "random-receiver", "random-donor", "random-pair", "barter")
 
 
 def profile_run(setup: Profile, method: str, density: float, seed: int) -> RunConfig:

@@ -1,7 +1,7 @@
 """The walkthrough's model and run, which the package needs beyond the walkthrough's page:
 :func:`briefly_trained` gives the method page's figures (:mod:`~barter_mini.book.mechanism`)
 their model, and :func:`walkthrough_run` is the run the sweep trains for chapter 01
-(:mod:`~barter_mini.book.grids`). The page's tables and figures are defined in its cells."""
+(:mod:`~barter_mini.book.plans`). The page's tables and figures are defined in its cells."""
 
 from __future__ import annotations
 

@@ -195,7 +195,7 @@ def cmd_sweep(args) -> int:
         given = [flag for flag, value in grid_flags.items() if value is not None]
         if given:
             raise BarterError(f"--book trains the notebooks' own runs: leave out {', '.join(given)}")
-        from ..book.grids import book_stages
+        from ..book.plans import book_stages
 
         stages = book_stages(args.book, args.chapters, parameters=dict(args.parameter or []))
     else:

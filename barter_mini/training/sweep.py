@@ -1,7 +1,7 @@
 """Grids of training runs through submitit: on this machine or on a Slurm cluster.
 
 A sweep trains every run of a grid (methods x densities x seeds, or the notebooks' grids,
-listed by :mod:`barter_mini.book.grids`) into the run cache that the notebooks read
+listed by :mod:`barter_mini.book.plans`) into the run cache that the notebooks read
 (:func:`~barter_mini.training.cache.run_dir`), one submitit job per run. Each job is a
 :class:`TrainingJob`: :func:`~barter_mini.training.cache.cached_train` of its run, which
 resumes an interrupted attempt from its ``last.pt`` and renames the run folder into place
