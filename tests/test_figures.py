@@ -9,12 +9,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib import pyplot as plt  # noqa: E402
 
-from barter_mini.book import mechanism, reallocation_map, reallocation_study, report  # noqa: E402
+from barter_mini.book import mechanism, report  # noqa: E402
 from barter_mini.book.figures import (BOOK_RC, MAX_WIDTH_IN, SMALLEST_FONT_PT, TEXT_FLOOR_PX, check_figure,  # noqa: E402
                                       plain_log_labels, smallest_text)
 from barter_mini.errors import BarterError  # noqa: E402
@@ -22,36 +21,14 @@ from barter_mini.errors import BarterError  # noqa: E402
 from test_legends import FIGURES as LEGEND_FIGURES  # noqa: E402
 
 
-def _profiled_rows():
-    categories = report.PROFILE_CATEGORIES
-    return [{"method": m, "density": d, **{f"profile_{c}_ms": 1.0 + i for i, c in enumerate(categories)}}
-            for m in ("rigl", "barter") for d in (0.1, 0.3, 0.5, 0.7)]
-
-
 def _runs():
     return pd.DataFrame([{"method": m, "seed": s, "heads": [3, 4, 2, 3], "ffn": [40, 35, 50, 29]}
                          for m in ("static", "barter") for s in range(3)])
 
 
-def _importance():
-    return pd.DataFrame([{"run": r, "step": s, "layer": layer, "priority": 1.0 + s, "total": 2.0 + layer + s}
-                         for r in ("static", "barter") for s in range(5) for layer in range(7)])
-
-
-def _map_cells():
-    rows = [{"model": "cct-mini-deep-16h", "dataset": "cifar10", "density": d, "epochs": 3, "train_subset": "15000",
-             "start": "first", "method": m, "seed": s, "val_acc": 0.5 + 0.01 * s, "test_acc": 0.5,
-             "train_time_s": 60.0, "threads": 1, "commit": "0" * 40, "command": "barter-mini sweep"}
-            for d in (0.1, 0.3) for m in ("static", "barter") for s in range(3)]
-    return reallocation_map.paired_cells(pd.DataFrame(rows))
-
-
 FIGURES = {
     **LEGEND_FIGURES,
     "final_allocations": lambda: report.plot_final_allocations(_runs()),
-    "step_profile": lambda: report.plot_step_profile({"cct-paper": _profiled_rows(), "vit-paper": _profiled_rows()}),
-    "importance": lambda: reallocation_study.plot_importance(_importance()),
-    "map": lambda: reallocation_map.plot_map(_map_cells(), pd.DataFrame({"density": [0.1, 0.3], "gap": [2.97, 1.0]})),
 }
 
 
@@ -99,15 +76,6 @@ def test_a_log_axis_is_labelled_in_plain_numbers():
     plt.close(fig)
 
 
-def test_figure_1_without_trained_runs_says_why_it_is_empty():
-    points = pd.DataFrame({"method": ["rigl", "barter"], "density": [0.3, 0.3], "step_ms": [5.0, 2.0],
-                           "acc": [np.nan, np.nan]})
-    fig = report.plot_accuracy_against_step_time(points)
-    texts = [t.get_text() for t in fig.axes[0].texts]
-    assert texts == ["no from-scratch run at these settings yet:\nrun chapter 02 first"] and not fig.legends
-    plt.close(fig)
-
-
 def test_the_builds_own_runs_are_drawn_hollow_beside_the_recorded_grid_and_named_once():
     from test_legends import _by_density
 
@@ -125,13 +93,3 @@ def test_the_builds_own_runs_are_drawn_hollow_beside_the_recorded_grid_and_named
         check_figure(fig, "recorded")
     finally:
         plt.close(fig)
-
-
-def test_figure_1_labels_the_densities_of_the_pair_its_caption_compares():
-    points = pd.DataFrame([{"method": m, "density": d, "step_ms": t * (1 + d), "acc": 40 + 10 * d}
-                           for m, t in (("rigl", 100.0), ("set", 101.0), ("barter", 30.0), ("static", 31.0))
-                           for d in (0.1, 0.3, 0.7)] + [{"method": "dense", "density": 1.0, "step_ms": 99.0, "acc": 50.0}])
-    fig = report.plot_accuracy_against_step_time(points)
-    labels = sorted(t.get_text() for t in fig.axes[0].texts)
-    assert labels == sorted(["0.1", "0.3", "0.7"] * 2 + ["1"])      # barter, rigl and dense; not set, static
-    plt.close(fig)

@@ -10,7 +10,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib import pyplot as plt  # noqa: E402
 
-from barter_mini.book import reallocation_study, report  # noqa: E402
+from barter_mini.book import report  # noqa: E402
 from barter_mini.book import palette  # noqa: E402
 from barter_mini.book.palette import (METHOD_PALETTE, method_style, methods_missing_from_legend,  # noqa: E402
                                      require_method_legend)
@@ -52,12 +52,6 @@ def _by_density():
 
 FIGURES = {
     "accuracy_against_density": lambda: report.plot_accuracy_against_density(_by_density(), _by_density()),
-    "compute_and_size": lambda: report.plot_compute_and_size({"cct-mini": _by_density().to_dict("records")}),
-    "cost_against_density": lambda: report.plot_cost_against_density(
-        {"cct-paper": _by_density().to_dict("records"), "vit-paper": _by_density().to_dict("records")}, "cpu"),
-    "accuracy_against_step_time": lambda: report.plot_accuracy_against_step_time(_by_density()),
-    "paired": lambda: reallocation_study.plot_paired(pd.DataFrame(
-        [{"variant": v, "seed": s, "val_acc": 60.0 + s} for v in ("static", "barter") for s in (0, 1)]), "static"),
 }
 
 
@@ -72,7 +66,7 @@ def test_every_book_figure_names_the_methods_it_draws(name):
 
 def test_the_figures_that_draw_methods_in_their_colours_are_checked_on_something():
     """The check is not vacuous: these figures do draw methods in the palette's colours."""
-    for name in ("accuracy_against_density", "accuracy_against_step_time"):
+    for name in ("accuracy_against_density",):
         fig = FIGURES[name]()
         try:
             drawn = {method for ax in fig.axes for colour in palette._drawn_colours(ax)

@@ -3,11 +3,8 @@
 import math
 
 import numpy as np
-import pandas as pd
-import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from barter_mini.book import reallocation_study
 from barter_mini.book.seed_noise import beyond_noise, paired_summary, standing
 
 
@@ -32,19 +29,3 @@ def test_standing_and_beyond_noise_agree_on_any_paired_gaps(gaps):
 def test_one_difference_has_no_spread():
     mean, sd, se = paired_summary([0.4])
     assert mean == 0.4 and math.isnan(sd) and math.isnan(se) and standing(mean, se) == "undecided"
-
-
-def _study_runs(gaps):
-    """Static and BARTER over len(gaps) seeds, BARTER's validation Top-1 ahead by ``gaps``."""
-    base = [60.0 + seed for seed in range(len(gaps))]
-    rows = [{"variant": "static", "seed": s, "val_acc": b, "acc": b} for s, b in enumerate(base)]
-    rows += [{"variant": "barter", "seed": s, "val_acc": b + g, "acc": b + g} for s, (b, g) in enumerate(zip(base, gaps))]
-    return pd.DataFrame(rows)
-
-
-@pytest.mark.parametrize("gaps, side", [([0.5, 0.7, 0.9], "above"),     # mean 0.7, se 0.115: beyond 2 se
-                                        ([0.0, 0.4, 0.5], "level with"),  # mean 0.3, se 0.153: past 1 se only
-                                        ([-0.5, -0.7, -0.9], "below")])
-def test_the_reallocation_chapter_uses_the_rule(gaps, side):
-    paired = reallocation_study.paired_against(_study_runs(gaps), "static")
-    assert reallocation_study.verdict(paired, "barter", "static").startswith(f"`barter` is {side} `static`")

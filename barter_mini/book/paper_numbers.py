@@ -22,7 +22,6 @@ from ..training.data.datasets import load_dataset
 from ..training.recipes import RECIPES
 from .default_choices import defaults_substitutions
 from .experiments import paper_from_scratch, read_paper_table
-from .reallocation_map import map_headline, read_map
 from .tables import listed
 
 #: CIFAR-100's official training images, of which ``load_dataset`` holds ``val_fraction`` out
@@ -342,9 +341,8 @@ def paper_substitutions() -> dict[str, str]:
 
 def recorded_substitutions() -> dict[str, str]:
     """What the pages state from the book's recorded measurements (``data/*.csv``, not the
-    paper's): the decision behind BARTER's defaults (:mod:`~barter_mini.book.default_choices`)
-    and the introduction's answer from the map (:func:`~barter_mini.book.reallocation_map.map_headline`)."""
-    return {**defaults_substitutions(), "map_headline": map_headline(read_map())}
+    paper's): the decision behind BARTER's defaults (:mod:`~barter_mini.book.default_choices`)."""
+    return defaults_substitutions()
 
 
 def book_substitutions() -> dict[str, str]:
