@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from barter_mini.book.efficiency import iphone_comparison
 from barter_mini.cli import main
 from barter_mini.core.counting import counted_training_gflops_per_image, forward_flops_per_image
 from barter_mini.core.models import build_model, get_model_config
@@ -97,13 +96,6 @@ def test_interleaving_rotates_the_order():
     times = interleaved_times(steps, rounds=3, warmup=1)
     assert {name: len(t) for name, t in times.items()} == {"a": 3, "b": 3, "c": 3}
     assert [calls[i] for i in (0, 3, 6, 9)] == ["a", "b", "c", "a"]
-
-
-def test_iphone_comparison_needs_the_three_methods(rows):
-    with pytest.raises(Exception, match="needs dense, rigl and barter at density 0.3"):
-        iphone_comparison([r for r in rows if r["method"] != "rigl"])
-    table = iphone_comparison(rows).set_index("method")
-    assert table.loc["barter", "speedup over RigL (iPhone)"] == pytest.approx(1699.36 / 610.33)  # 2.78x, the abstract's
 
 
 def test_bench_command_line(capsys, tmp_path):
@@ -244,18 +236,6 @@ def test_the_bench_reports_what_recording_graphs_costs_over_a_schedule():
     eager = build_training_step("cct-mini", "barter", 0.5, 4, 400, torch.device("cpu"))
     assert graph_cost(eager, update_cost(eager, 1, torch.device("cpu"))) == {
         "capture_ms": 0.0, "capture_s_per_schedule": 0.0, "graph_memory_mb": 0.0}
-
-
-def test_the_cost_tables_have_a_row_per_model_and_method(rows):
-    from barter_mini.book.efficiency import cost_by_density
-    tables = cost_by_density({"cct-mini": rows, "again": rows})
-    assert list(tables) == ["ms/step", "s/epoch", "peak memory (MB)"]
-    steps = tables["ms/step"]
-    assert list(steps.columns) == [0.3] and list(steps.index.names) == ["model", "method"]
-    assert len(steps) == 2 * len(rows)
-    barter = next(r for r in rows if r["method"] == "barter")
-    assert steps.loc[("again", "barter"), 0.3] == round(barter["step_ms"], 1)
-    assert tables["peak memory (MB)"].loc[("cct-mini", "barter"), 0.3] == round(barter["peak_mem_mb"], 1)
 
 
 def test_the_gpu_check_fits_its_budget_by_count():

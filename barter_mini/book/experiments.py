@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from ..training.cache import cached_metrics, cached_train
+from ..training.cache import cached_train
 from ..errors import BarterError, choose
 from .profiles import Profile
 from ..training.methods import check_methods, get_method
@@ -103,27 +103,3 @@ def final_allocations(runs: pd.DataFrame, kind: str) -> pd.DataFrame:
     frame = pd.DataFrame(runs[kind].tolist(), index=[f"{m} (seed {s})" for m, s in zip(runs["method"], runs["seed"])])
     frame.columns = pd.Index(range(frame.shape[1]), name="layer")
     return frame
-
-
-def accuracy_beside_step_time(setup: Profile, bench_rows: list[dict], seeds,
-                              recorded: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Figure 1's points: each benchmarked method and density with a mean test Top-1 (%):
-    of the ``recorded`` runs (a recorded grid's table, such as chapter 02's) where they have
-    the method at that density (dense: at its one density), else of the profile's from-scratch
-    runs of ``seeds`` when the cache holds them, else blank (nothing is trained here).
-    ``runs`` counts the runs averaged, ``source`` says whose they are."""
-    points = []
-    for row in bench_rows:
-        accs, source = [], "recorded"
-        if recorded is not None:
-            fixed = get_method(row["method"]).fixed_density is not None
-            mine = recorded[(recorded["method"] == row["method"])
-                            & (fixed | ((recorded["density"] - row["density"]).abs() < 1e-9))]
-            accs = list(mine["acc"])
-        if not accs:
-            found = [cached_metrics(profile_run(setup, row["method"], row["density"], seed)) for seed in seeds]
-            accs, source = [100 * metrics["test_acc"] for metrics in found if metrics is not None], "this build"
-        points.append({"method": row["method"], "density": row["density"], "step_ms": row["step_ms"],
-                       "acc": sum(accs) / len(accs) if accs else float("nan"), "runs": len(accs),
-                       "source": source if accs else ""})
-    return pd.DataFrame(points)
