@@ -144,8 +144,7 @@ def test_the_code_the_method_page_shows_keeps_to_79_columns():
 def test_the_introductions_findings_are_pasted_from_the_chapters_never_typed():
     """Each answer of "What this book finds on a CPU" is written by hand with its numbers glued
     from a chapter (``{glue:text}`../notebooks/NN.ipynb::key:fmt```), whose removed cell also
-    asserts the answer's claims; an answer not yet rewritten pastes a chapter's glued headline
-    (``{glue:any}``) or the recorded map's. The introduction cannot contradict the chapters."""
+    asserts the answer's claims: the introduction cannot contradict the chapters."""
     import re
 
     intro = (REPO / "book" / "intro.md").read_text()
@@ -153,11 +152,11 @@ def test_the_introductions_findings_are_pasted_from_the_chapters_never_typed():
     bullets = [b for b in section.split("\n- ")[1:]]
     assert len(bullets) == 5
     for bullet in bullets:
-        pasted = re.findall(r"\{glue:(?:any|text)\}`\.\./(notebooks/\w+\.ipynb)::([\w-]+)(?::[^`]*)?`", bullet)
-        assert pasted or "{{ map_headline }}" in bullet, bullet
+        pasted = re.findall(r"\{glue:text\}`\.\./(notebooks/\w+\.ipynb)::([\w-]+)(?::[^`]*)?`", bullet)
+        assert pasted, bullet
         for notebook, key in pasted:
             code = "\n".join(c.source for c in nbformat.read(REPO / notebook, as_version=4).cells
                              if c.cell_type == "code")
-            assert re.search(rf'glue(?:_headline)?\(\s*"{re.escape(key)}", ', code), (notebook, key)
-            if f"::{key}:" in bullet or "{glue:text}" in bullet:
-                assert "claim(" in code, f"{notebook} glues {key} for the introduction but asserts no claim"
+            assert re.search(rf'glue\(\s*"{re.escape(key)}", ', code), (notebook, key)
+            assert "claim(" in code, f"{notebook} glues {key} for the introduction but asserts no claim"
+        assert "{glue:any}" not in bullet, f"an answer pastes a composed headline: {bullet[:80]}"
