@@ -18,8 +18,6 @@ from barter_mini.book.figures import (BOOK_RC, MAX_WIDTH_IN, SMALLEST_FONT_PT, T
                                       plain_log_labels, smallest_text)
 from barter_mini.errors import BarterError  # noqa: E402
 
-from test_legends import FIGURES as LEGEND_FIGURES  # noqa: E402
-
 
 def _runs():
     return pd.DataFrame([{"method": m, "seed": s, "heads": [3, 4, 2, 3], "ffn": [40, 35, 50, 29]}
@@ -27,7 +25,6 @@ def _runs():
 
 
 FIGURES = {
-    **LEGEND_FIGURES,
     "final_allocations": lambda: report.plot_final_allocations(_runs()),
 }
 
@@ -76,20 +73,3 @@ def test_a_log_axis_is_labelled_in_plain_numbers():
     plt.close(fig)
 
 
-def test_the_builds_own_runs_are_drawn_hollow_beside_the_recorded_grid_and_named_once():
-    from test_legends import _by_density
-
-    recorded = _by_density()
-    live = recorded[recorded["density"] == 0.3].assign(acc_mean=lambda f: f["acc_mean"] - 1)
-    live = pd.concat([live, pd.DataFrame([{"method": "random-pair", "density": 0.3, "acc_mean": 61.0,
-                                           "acc_std": 0.1}])])
-    fig = report.plot_accuracy_against_density(recorded, recorded, live=live, title="recorded")
-    try:
-        labels = [t.get_text() for t in fig.legends[0].get_texts()]
-        assert "hollow: this build's own runs" in labels and "random-pair, this build" in labels
-        assert "barter, this build" not in labels and labels.count("barter") == 1
-        hollow = [line for line in fig.axes[0].get_lines() if line.get_markerfacecolor() == "white"]
-        assert len(hollow) == len(set(live["method"])) + 1      # each method's runs and the legend's example
-        check_figure(fig, "recorded")
-    finally:
-        plt.close(fig)

@@ -14,15 +14,13 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from matplotlib import pyplot as plt  # noqa: E402
-from matplotlib.colors import to_rgb  # noqa: E402
 
 from barter_mini.book import experiments, report  # noqa: E402
 from barter_mini.book.experiments import run_grid  # noqa: E402
 from barter_mini.book.profiles import PROFILES  # noqa: E402
 from barter_mini.book.tables import HEADERS, column_words  # noqa: E402
 from barter_mini.book.palette import BARTER_COLOR, METHOD_MARKERS, METHOD_ORDER, METHOD_PALETTE  # noqa: E402
-from barter_mini.book.report import RUN_COLUMNS, plot_accuracy_against_density, readable  # noqa: E402
+from barter_mini.book.report import RUN_COLUMNS, readable  # noqa: E402
 from barter_mini.book.walkthrough import walkthrough_run  # noqa: E402
 from barter_mini.core.barter import (BarterSettings, clone, prune_donors, receiver_room, select_donors,  # noqa: E402
                                      select_parents, select_receiver, transfer_units)
@@ -131,17 +129,6 @@ def test_barter_stands_out_for_colour_blind_readers(deficiency):
 def test_every_method_has_its_own_marker():
     assert set(METHOD_MARKERS) == set(METHOD_ORDER)
     assert len(set(METHOD_MARKERS.values())) == len(METHOD_MARKERS)
-
-
-def test_figures_draw_each_method_in_its_colour():
-    summary = pd.DataFrame({"method": ["dense", "barter", "set"], "density": [1.0, 0.3, 0.3],
-                            "acc_mean": [80.0, 75.0, 70.0], "acc_std": [np.nan] * 3})
-    fig = plot_accuracy_against_density(summary)
-    try:
-        colours = {to_rgb(line.get_color()) for line in fig.axes[0].get_lines()}
-        assert pytest.approx(METHOD_PALETTE["barter"], abs=1e-3) in list(colours)
-    finally:
-        plt.close(fig)
 
 
 # --- readable page tables -----------------------------------------------------------------

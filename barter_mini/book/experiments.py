@@ -90,13 +90,6 @@ def mean_std(mean, std) -> str:
     return f"{mean:.2f}" if pd.isna(std) else f"{mean:.2f} ± {std:.2f}"
 
 
-def paired_by_seed(runs: pd.DataFrame, by: str, reference, value: str = "acc") -> pd.DataFrame:
-    """``value`` of every ``by`` (columns) minus ``reference``'s on the same seed (rows): the
-    differences the book tells from the seed noise (NaN where either lacks that seed)."""
-    by_seed = runs.pivot_table(index="seed", columns=by, values=value, aggfunc="mean")
-    return by_seed.sub(by_seed[reference], axis=0)
-
-
 def final_allocations(runs: pd.DataFrame, kind: str) -> pd.DataFrame:
     """Units of ``kind`` ("heads" or "ffn") per layer at the end of training, one row per run."""
     choose("kind", kind, ("heads", "ffn"))

@@ -14,7 +14,7 @@ from ..core.models import get_model_config
 from ..errors import BarterError
 from .experiments import final_allocations
 from .figures import stacked_panels
-from .palette import METHOD_ORDER, METHOD_PALETTE, method_legend, method_style, require_method_legend
+from .palette import METHOD_ORDER
 from .tables import column_words
 
 
@@ -90,48 +90,6 @@ def _integer_ticks(frame: pd.DataFrame) -> list[int]:
     low, high = int(frame.min().min()), int(frame.max().max())
     step = max(1, int(np.ceil((high - low) / 5)))
     return list(range(low, high + 1, step))
-
-
-def _rows_per_method(frame: pd.DataFrame, sort_by: str, among=None):
-    """``(method, rows sorted by sort_by)`` in the book's method order, for the methods in
-    ``frame`` (and in ``among``, when given)."""
-    present = set(frame["method"]) & (set(among) if among is not None else set(METHOD_ORDER))
-    for method in (m for m in METHOD_ORDER if m in present):
-        yield method, frame[frame["method"] == method].sort_values(sort_by)
-
-
-def plot_accuracy_against_density(summary: pd.DataFrame, paper: pd.DataFrame | None = None,
-                                  paper_title: str = "paper, CCT on CIFAR-100", live: pd.DataFrame | None = None,
-                                  title: str = "this run"):
-    """Table 1 (or Figure 5 (a)) as a figure: test Top-1 (%) against density, one line per
-    method, sample-std error bars; dense as a horizontal reference. With ``paper``, a second
-    panel (``paper_title``) shows the paper's numbers on the same layout, so orderings can be
-    compared. With ``live`` (another summary: the build's own runs beside a recorded
-    ``summary``), its means are drawn as hollow markers in the first panel, named once in
-    the legend."""
-    panels = [(title, summary)] + ([(paper_title, paper)] if paper is not None else [])
-    fig, axes = stacked_panels(len(panels), 3.0, legend_in=0.8, sharex=True)
-    for ax, (name, table) in zip(axes, panels):
-        for method, rows in _rows_per_method(table, "density", among=summary["method"]):
-            color = METHOD_PALETTE[method]
-            if method == "dense":
-                ax.axhline(rows["acc_mean"].iloc[0], color=color, ls="--", label="dense (rho = 1)")
-                continue
-            ax.errorbar(rows["density"], rows["acc_mean"], yerr=rows["acc_std"].fillna(0), capsize=3,
-                        label=method, **method_style(method))
-        ax.set_ylabel("test Top-1 (%)")
-        ax.set_title(name)
-    if live is not None:
-        for method, rows in _rows_per_method(live, "density"):
-            named = method in set(summary["method"])
-            style = {**method_style(method), "ms": 9, "mfc": "white", "mew": 1.5, "zorder": 4}
-            axes[0].plot(rows["density"], rows["acc_mean"], linestyle="none",
-                         label=None if named else f"{method}, this build", **style)
-        axes[0].plot([], [], "o", mfc="white", mec="0.3", mew=1.5, label="hollow: this build's own runs")
-    axes[-1].set_xlabel("density rho (fraction of heads and FFN channels, or of weights)")
-    method_legend(fig)
-    require_method_legend(fig)
-    return fig
 
 
 def plot_final_allocations(runs: pd.DataFrame):

@@ -91,13 +91,6 @@ def listed(words) -> str:
     return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else "".join(words)
 
 
-def count_noun(count: float, noun: str) -> str:
-    """``1 head``, ``3 heads``: a count (a mean is shown rounded) with its noun agreeing with
-    the number shown."""
-    shown = f"{count:.0f}"
-    return f"{shown} {noun}" + ("" if shown == "1" else "s")
-
-
 def signed(value: float) -> str:
     """A gap in a sentence: two decimals with its sign, except one that rounds to zero, which
     has none (``0.00``, never ``-0.00`` or ``+0.00``)."""
