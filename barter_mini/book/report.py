@@ -14,7 +14,6 @@ from ..core.models import get_model_config
 from ..errors import BarterError
 from .experiments import final_allocations
 from .figures import stacked_panels
-from .palette import METHOD_ORDER
 from .tables import column_words
 
 
