@@ -213,3 +213,12 @@ def test_wiring_cells_are_collapsed_and_the_parameters_stay_open(notebook):
     for cell, cell_tags in zip(cells, tags):
         if SHOWN.search(cell.source):
             assert "hide-input" in cell_tags, f"{notebook.name}: {cell.source[:60]!r}"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_code_cell_is_python(notebook):
+    """A syntax error is found here in a second, not after the cells above it have trained."""
+    for number, cell in enumerate(nbformat.read(notebook, as_version=4).cells):
+        if cell.cell_type == "code":
+            source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+            compile(source, f"{notebook.name}, cell {number}", "exec")
