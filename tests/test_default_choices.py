@@ -58,3 +58,20 @@ def test_the_method_page_states_every_number_from_the_file():
     used = set(re.findall(r"\{\{ (defaults_\w+) \}\}", page))
     assert used and used <= set(subs), sorted(used - set(subs))
     assert all(re.fullmatch(r"[+-]\d+\.\d\d ± \d+\.\d\d", subs[key]) for key in subs if key.endswith(("_split", "_fresh")))
+
+
+def test_the_method_pages_hand_written_claims_stop_the_build_when_the_runs_contradict_them(tmp_path):
+    """The paragraph on the defaults is written by hand; re-recorded runs in which the package's
+    defaults lead Static by three points stop the substitutions (and so the build) in one line."""
+    from barter_mini.book.claims import ClaimNoLongerHolds
+
+    defaults_substitutions()                       # the recorded runs support every statement
+    runs = pd.read_csv(DEFAULTS_CSV, dtype={"commit": "string"})
+    chosen = (runs["pruning_score"] == "magnitude") & (runs["clone_moments"] == "fresh")
+    runs.loc[chosen, "val_acc"] += 0.03            # accuracies are fractions: three points
+    flipped = tmp_path / "barter_defaults.csv"
+    runs.to_csv(flipped, index=False)
+    with pytest.raises(ClaimNoLongerHolds, match=r"\"the package's defaults are level with Static\", and the numbers "
+                                                 r"no longer support it \(gap = ") as info:
+        defaults_substitutions(flipped)
+    assert "\n" not in str(info.value)
