@@ -154,6 +154,9 @@ def test_the_introductions_findings_are_pasted_from_the_chapters_never_typed():
     for bullet in bullets:
         pasted = re.findall(r"\{glue:text\}`\.\./(notebooks/\w+\.ipynb)::([\w-]+)(?::[^`]*)?`", bullet)
         assert pasted, bullet
+        # MyST-NB reads a cross-page key without a format as a format of its own ("path:" + ":key")
+        bare = re.findall(r"\{glue:text\}`[^`]*::[\w-]+`", bullet)
+        assert not bare, f"give every pasted number a format (':s', ':.2f'): {bare}"
         for notebook, key in pasted:
             code = "\n".join(c.source for c in nbformat.read(REPO / notebook, as_version=4).cells
                              if c.cell_type == "code")

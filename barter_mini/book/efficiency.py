@@ -33,6 +33,7 @@ class BenchProfile:
         return settings_markdown(self, "What this chapter measures")
 
 
+#: what the chapter measures under each notebook profile
 BENCH_PROFILES = {
     # the smoke profile skips the compiled execution: a first compile takes half a minute per case here
     "smoke": BenchProfile((("cct-mini", 16),), steps=2, warmup=1, segment_steps=1, update_samples=1,

@@ -84,6 +84,7 @@ def _finetuning_stages(setup: Profile, methods, densities, seeds, compute_matche
     return stages
 
 
+#: the kinds of runs a plan may name, by name
 KINDS: dict[str, RunKind] = {
     # BARTER at one density and seed, on the profile's own training subset (chapter 01)
     "walkthrough": RunKind(

@@ -81,6 +81,7 @@ FOUND_ALLOCATION_VARIANTS: dict[str, Variant] = {
     "static, from barter's end": Variant("static", allocation_from="barter"),
 }
 
+#: every variant the chapter can train, by label
 VARIANTS = {**DESIGN_VARIANTS, **POOR_START_VARIANTS, **FOUND_ALLOCATION_VARIANTS}
 #: the piled-start runs the book trains (the x12 variant runs when named)
 BOOK_POOR_START_VARIANTS = ("static, piled start", "barter, piled start")
