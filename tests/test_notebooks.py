@@ -57,10 +57,8 @@ def test_stored_stripped_on_the_python3_kernel_and_openable_in_lab(notebook):
 #: the book layer's public functions and classes that only one chapter uses, still in the
 #: package: each belongs in its chapter's cells (d2l's rule), and leaves this list when it moves
 ONE_CHAPTER_DEBT = {
-    "04": set(),
+    # trains a reader's own map cells in the recorded map's format, with the map's recording tools
     "05": {"train_cells"},
-    "02": set(),
-    "03": set(),
 }
 
 
@@ -222,3 +220,20 @@ def test_every_code_cell_is_python(notebook):
         if cell.cell_type == "code":
             source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
             compile(source, f"{notebook.name}, cell {number}", "exec")
+
+
+#: the chapters whose conclusions rest on seeds: a recorded grid, the map or the live study
+CONCLUDE_ON_SEEDS = ("02", "03", "05", "06", "07", "08")
+
+
+@pytest.mark.parametrize("notebook", [n for n in NOTEBOOKS if n.name[:2] in CONCLUDE_ON_SEEDS], ids=lambda p: p.name)
+def test_a_page_that_concludes_on_seeds_shows_the_pairing_and_the_standard_error(notebook):
+    """In cells the reader sees (not removed): runs paired by seed, sd / sqrt(n), and the 2-SE rule."""
+    cells = nbformat.read(notebook, as_version=4).cells
+    shown = "\n".join(c.source for c in cells if c.cell_type == "code"
+                      and not {"remove-cell", "remove-input"} & set(c.metadata.get("tags", [])))
+    removed = "\n".join(c.source for c in cells if c.cell_type == "code" and "remove-cell" in c.metadata.get("tags", []))
+    assert re.search(r"\bseed\b", shown) and re.search(r"pivot|by_seed|set_index\(\"seed\"\)", shown), notebook.name
+    assert re.search(r"sqrt\(|\.sem\(", shown), f"{notebook.name} never shows how its standard error is computed"
+    assert re.search(r"standing\(|STANDARD_ERRORS|2 \* se", shown), f"{notebook.name} never shows the 2-SE rule"
+    assert "claim(" in removed, f"{notebook.name} checks none of its conclusions"
