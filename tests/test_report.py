@@ -167,9 +167,9 @@ def test_page_tables_name_columns_the_notebooks_produce(monkeypatch):
     monkeypatch.setattr(experiments, "cached_train", fake_train)
     runs = run_grid(PROFILES["smoke"], ["dense", "barter"], [0.3], [0], progress=False)
     shown = readable(runs, RUN_COLUMNS, 2)
-    assert list(shown.columns) == ["method", "density", "seed", "Top-1 (%)", "macro-F1 (%)", "wall time (s)",
+    assert list(shown.columns) == ["method", "density", "seed", "test Top-1 (%)", "test macro-F1 (%)", "wall time (s)",
                                    "parameters", "heads"]
-    assert list(shown["Top-1 (%)"]) == [50.0, 50.0]
+    assert list(shown["test Top-1 (%)"]) == [50.0, 50.0]
 
 
 def test_every_column_list_takes_its_words_from_the_one_header_map():

@@ -20,8 +20,8 @@ import pandas as pd
 #: Headers break at spaces: a page's content column is under 700 pixels wide on a 1280-pixel
 #: screen, and a header such as "train_gflops_per_image" cannot wrap.
 HEADERS = {
-    "acc": "Top-1 (%)", "f1": "macro-F1 (%)", "val_acc": "validation Top-1 (%)",
-    "acc_mean": "Top-1 (%)", "acc_std": "Top-1 std", "f1_mean": "macro-F1 (%)", "f1_std": "macro-F1 std",
+    "acc": "test Top-1 (%)", "f1": "test macro-F1 (%)", "val_acc": "validation Top-1 (%)",
+    "acc_mean": "test Top-1 (%)", "acc_std": "test Top-1 std", "f1_mean": "test macro-F1 (%)", "f1_std": "test macro-F1 std",
     "acc_diff": "Top-1 difference (points)", "f1_diff": "macro-F1 difference (points)",
     "acc_diff_sd": "paired sd (points)", "paired_seeds": "paired seeds",
     "wall_time_s": "wall time (s)", "seeds": "seeds", "params": "parameters",
