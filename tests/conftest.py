@@ -75,7 +75,6 @@ SLOW_TESTS = (
     "test_validation.py::test_truncated_or_foreign_checkpoints_are_one_line_errors",
     "test_hostile_inputs.py::test_a_data_root_without_permission_is_one_line",
     "test_dense_start.py::test_the_cli_fine_tunes_barter_from_a_timm_checkpoint_file",
-    "test_report.py::test_vit_rows_never_carry_the_cct_papers_numbers",
     "test_layers.py::test_bench_runs_without_the_book_extra",
     "test_budgets.py::test_describe_json_has_params_and_gflops",
     "test_budgets.py::test_describe_text_lists_every_layer",

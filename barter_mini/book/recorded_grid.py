@@ -23,7 +23,6 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 from unittest import mock
 
 import pandas as pd
@@ -33,9 +32,6 @@ from ..training.cache import CACHE_ENV
 from ..training.checkpoints import write_csv_atomically
 from ..training.sweep import read_only_cache
 from .profiles import resolve_profile
-
-if TYPE_CHECKING:
-    from .plans import ChapterPlan
 
 #: where the recorded grids live
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
@@ -59,7 +55,8 @@ class RecordedGrid:
     recorded in ``data/NAME_grid.csv``."""
 
     name: str
-    plan: "ChapterPlan" = field(repr=False)
+    #: the chapter's :class:`~barter_mini.book.plans.ChapterPlan` (that module imports this one)
+    plan: "barter_mini.book.plans.ChapterPlan" = field(repr=False)
     parameters: dict = field(hash=False)
 
     @property
