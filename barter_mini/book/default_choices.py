@@ -97,8 +97,8 @@ def defaults_substitutions(path: Path = DEFAULTS_CSV) -> dict[str, str]:
     for (score, moments), row in table.iterrows():
         key = f"defaults_{score}_{moments}".replace("-", "_")
         subs[key] = f"{signed(row['val_gap'])} ± {row['val_sem']:.2f}"
-    for setting in CHOICES:
-        gap = choice_gap(runs, setting)
+    gaps = {setting: choice_gap(runs, setting) for setting in CHOICES}
+    for setting, gap in gaps.items():
         subs[f"defaults_{setting}_gap"] = (f"{signed(gap['gap'])} ± {gap['sem']:.2f} points ({gap['derived']} "
                                            f"minus {gap['other']}, {gap['seeds']} seeds)")
     first = runs.iloc[0]
@@ -108,18 +108,17 @@ def defaults_substitutions(path: Path = DEFAULTS_CSV) -> dict[str, str]:
     subs["defaults_command"] = f"`{first['command']}`"
     decided = decided_defaults(runs)
     subs["defaults_decided"] = f"`{decided['pruning_score']}` and `\"{decided['clone_moments']}\"`"
-    check_method_page_claims(runs)
+    check_method_page_claims(table, gaps, runs["seed"].nunique())
     return subs
 
 
-def check_method_page_claims(runs: pd.DataFrame) -> None:
+def check_method_page_claims(table: pd.DataFrame, gaps: dict[str, dict], seeds: int) -> None:
     """What the method chapter's hand-written paragraph on the defaults says of
     :data:`DEFAULTS_CSV`, checked (:func:`~barter_mini.book.claims.claim`): each choice alone
     favours the package's option beyond twice its standard error, BARTER as derived is behind
-    Static beyond it, the package's defaults are level with Static, over five seeds."""
-    table = combinations(runs).set_index(["pruning_score", "clone_moments"])
-    for setting in CHOICES:
-        gap = choice_gap(runs, setting)
+    Static beyond it, the package's defaults are level with Static, over five seeds. ``table``:
+    :func:`combinations` by (pruning score, clone moments); ``gaps``: :func:`choice_gap` by setting."""
+    for setting, gap in gaps.items():
         claim(f"the derived {setting} loses to the package's beyond twice its standard error",
               gap["gap"] < -STANDARD_ERRORS * gap["sem"], gap=gap["gap"], se=gap["sem"])
     derived, chosen = table.loc[("taylor-squared", "split")], table.loc[("magnitude", "fresh")]
@@ -128,7 +127,7 @@ def check_method_page_claims(runs: pd.DataFrame) -> None:
     claim("the package's defaults are level with Static", abs(chosen["val_gap"]) <= STANDARD_ERRORS * chosen["val_sem"],
           gap=chosen["val_gap"], se=chosen["val_sem"])
     claim("the defaults were chosen over five seeds (a paired t-test there asks for about 2.8 SE)",
-          runs["seed"].nunique() == 5, seeds=runs["seed"].nunique())
+          seeds == 5, seeds=seeds)
 
 
 def package_defaults() -> dict[str, str]:

@@ -31,7 +31,6 @@ from ..errors import BarterError
 from ..training.cache import CACHE_ENV
 from ..training.checkpoints import write_csv_atomically
 from ..training.sweep import read_only_cache
-from .profiles import resolve_profile
 
 #: where the recorded grids live
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
@@ -88,7 +87,7 @@ class RecordedGrid:
         with :data:`PROVENANCE`: ``commit`` names the code that trained them. A missing run is
         a one-line :class:`~barter_mini.errors.BarterError` with :meth:`command`."""
         parameters = self.notebook_parameters(profile)
-        setup = resolve_profile(profile, parameters["dataset"])
+        setup = self.plan.setup(profile, parameters)
         try:
             # the cache only (read_only_cache): a missing run raises instead of training
             with read_only_cache(), mock.patch.dict(os.environ, {} if cache_dir is None else
