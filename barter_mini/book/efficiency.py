@@ -38,7 +38,7 @@ BENCH_PROFILES = {
     # the smoke profile skips the compiled execution: a first compile takes half a minute per case here
     "smoke": BenchProfile((("cct-mini", 16),), steps=2, warmup=1, segment_steps=1, update_samples=1,
                           profile_steps=1, executions=("eager", "recompute")),
-    # the quick book's budget is an hour on two cores: batch 16, one sample of each extra
+    # the quick book's budget is 45 minutes on two cores: batch 16, one sample of each extra
     # measurement, and no compiled execution (a first compile takes half a minute per case)
     "quick": BenchProfile((("cct-paper", 16), ("vit-paper", 16)), steps=3, warmup=1, segment_steps=1,
                           update_samples=1, profile_steps=1, executions=("eager", "recompute")),

@@ -39,7 +39,7 @@ class Profile:
 
 
 #: the notebooks train some 60 runs: a third of CIFAR-10's 45,000 training images keeps the
-#: quick book within an hour on two cores (and the walkthrough's run is then chapter 02's)
+#: quick book within 45 minutes on two cores (and the walkthrough's run is then chapter 02's)
 GRID_SUBSET_QUICK = 15000
 #: the book's dataset: hard enough for the allocation of a small model to matter (on
 #: Fashion-MNIST an even split is already close to the best one); ``dataset`` picks another
