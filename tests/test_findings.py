@@ -9,9 +9,12 @@ import pandas as pd
 def test_setup_objects_render_as_readable_tables():
     from barter_mini.book.efficiency import BENCH_PROFILES
     from barter_mini.book.finetuning import PAPER_TRANSFER
-    from barter_mini.book.profiles import PROFILES
+    from barter_mini.book.profiles import BUILT_WITH, PROFILES
     quick = PROFILES["quick"]._repr_markdown_()
-    assert quick.startswith("**Profile `quick`**") and "| train subset | 15,000 |" in quick
+    assert quick.startswith("> **This page was built with the `quick` profile.**")
+    assert "**Profile `quick`**" in quick and "| train subset | 15,000 |" in quick
+    assert set(BUILT_WITH) == set(PROFILES)
+    assert "mean nothing" in PROFILES["smoke"]._repr_markdown_()
     assert "| epochs | the recipe's |" in PROFILES["paper"]._repr_markdown_()
     bench = BENCH_PROFILES["smoke"]._repr_markdown_()
     assert "| paper models | (`cct-mini`, 16) |" in bench and "| all densities executed | no |" in bench

@@ -34,8 +34,29 @@ class Profile:
     precision: str = "fp32"
 
     def _repr_markdown_(self) -> str:
-        return settings_markdown(self, f"Profile `{self.name}`",
-                                 {"epochs": "the recipe's", "train_subset": "all", "grid_train_subset": "all"})
+        """The banner every chapter shows first (what this build's own runs are worth), then
+        the settings."""
+        banner = f"> **This page was built with the `{self.name}` profile.** {BUILT_WITH[self.name]}"
+        return banner + "\n\n" + settings_markdown(
+            self, f"Profile `{self.name}`", {"epochs": "the recipe's", "train_subset": "all", "grid_train_subset": "all"})
+
+
+#: what a page's own runs are worth under each profile, said at the top of every chapter: a
+#: reader must know it before reading one of this build's numbers
+BUILT_WITH = {
+    "quick": "Its own runs are CPU-sized (the settings below), one seed unless the parameters ask "
+             "for more: they are drawn beside the recorded grids, and no conclusion about accuracy "
+             "rests on them.",
+    "long": "Its own runs train the quick recipe for ten times as long (the settings below): they are "
+            "drawn beside the recorded grids, which were trained with the quick profile and carry "
+            "the conclusions.",
+    "smoke": "Its own runs train on a few hundred images for one epoch, to show that the page runs: "
+             "their accuracies, times and allocations mean nothing. The conclusions rest on the "
+             "recorded grids, which no profile changes.",
+    "paper": "Its own runs use the paper's models, data and recipes (the settings below), for a GPU: "
+             "they are the numbers to set beside the paper's. The recorded grids and the conclusions "
+             "written against them are the quick profile's.",
+}
 
 
 #: the notebooks train some 60 runs: a third of CIFAR-10's 45,000 training images keeps the
