@@ -122,10 +122,19 @@ def test_update_losses_are_the_windows_around_each_update():
                        {"step": 29, "before": [27.0, 28.0, 29.0], "after": [30.0]}]
 
 
+def test_control_windows_lie_halfway_between_updates():
+    from barter_mini.training.trainer import control_steps
+    assert control_steps([40, 80, 120]) == [60, 100]
+    assert control_steps([4, 5, 20]) == [12]             # no step between 4 and 5
+    assert control_steps([]) == [] and control_steps([40]) == []
+
+
 def test_a_run_records_its_update_windows_and_update_time(tmp_path):
     from barter_mini.training.trainer import RunConfig, train
     metrics = train(RunConfig(method="rigl", dataset="digits", recipe="smoke", epochs=2, progress=False), tmp_path)
     steps = [u["step"] for u in metrics["update_losses"]]
     assert steps and steps == [r["step"] for r in metrics["mask"]["history"]]
     assert all(len(u["after"]) > 0 for u in metrics["update_losses"])
+    controls = [u["step"] for u in metrics["control_losses"]]
+    assert controls == [(a + b) // 2 for a, b in zip(steps, steps[1:])] and not set(controls) & set(steps)
     assert metrics["update_time_s"] > 0 and metrics["update_ms_per_step"] > 0

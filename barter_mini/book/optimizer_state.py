@@ -65,11 +65,13 @@ def check_policies(labels) -> list[tuple[str, str]]:
     return pairs
 
 
-def loss_changes(metrics: dict) -> pd.DataFrame:
+def loss_changes(metrics: dict, windows: str = "update_losses") -> pd.DataFrame:
     """One row per update and step offset (-window+1 .. window, 0 the update's own step):
-    the training loss minus the mean loss of the steps up to the update."""
+    the training loss minus the mean loss of the steps up to the update. ``windows=
+    "control_losses"``: the same around the steps halfway between updates, where nothing
+    changed the model (none in a run trained before the trainer kept them)."""
     rows = []
-    for update in metrics["update_losses"]:
+    for update in metrics.get(windows, []):
         before, after = update["before"], update["after"]
         if not before:
             continue
@@ -89,7 +91,8 @@ def run_policies(setup: Profile, labels, density: float, seeds, progress: bool =
 
     Returns ``(runs, changes)``: one row per run (method, policy, seed, validation and test
     Top-1 (%), the number of updates, the mean loss change over the :data:`SPIKE_STEPS` steps
-    after an update, averaged over the run's updates, and the heads and FFN channels the run
+    after an update, averaged over the run's updates (``spike``), the same halfway between
+    updates (``control``: the drift of training alone), and the heads and FFN channels the run
     moved between layers), and per run, offset the mean loss change over its updates.
     """
     pairs = check_policies(labels)
@@ -99,9 +102,11 @@ def run_policies(setup: Profile, labels, density: float, seeds, progress: bool =
         change = loss_changes(metrics)
         per_offset = change.groupby("offset", as_index=False)["change"].mean()
         spike = per_offset[(per_offset["offset"] >= 1) & (per_offset["offset"] <= SPIKE_STEPS)]["change"].mean()
+        control = loss_changes(metrics, "control_losses")
+        control = control[(control["offset"] >= 1) & (control["offset"] <= SPIKE_STEPS)]["change"].mean()
         moved = metrics.get("transfers_executed") or {"heads": 0, "ffn": 0}
         runs.append({"method": method, "policy": policy, "seed": seed, "val_acc": 100 * metrics["val_acc"],
-                     "acc": 100 * metrics["test_acc"], "updates": change["update"].nunique(), "spike": spike,
+                     "acc": 100 * metrics["test_acc"], "updates": change["update"].nunique(), "spike": spike, "control": control,
                      "head_transfers": moved["heads"], "ffn_transfers": moved["ffn"]})
         changes.append(per_offset.assign(method=method, policy=policy, seed=seed))
     return pd.DataFrame(runs), pd.concat(changes, ignore_index=True)

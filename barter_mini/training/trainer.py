@@ -9,7 +9,9 @@ controller's ``before_step`` / ``after_step`` around every optimizer step) and
 best checkpoint), wall time, transfers planned and executed, the per-epoch history and the
 per-layer allocation after every topology update, a training curve (running loss and
 accuracy every ``LOG_EVERY`` steps), the training losses around every update
-(``update_losses``) and the time the updates took (``update_time_s``), and the cumulative
+(``update_losses``) and halfway between updates, where nothing changed the model
+(``control_losses``: the training's own drift), the time the updates took
+(``update_time_s``), and the cumulative
 training compute ``train_pflops``: the sum over steps of the batch size times the training
 FLOPs per image (3 x forward) of the tensors as they were at that step. All files are
 written atomically.
@@ -361,6 +363,14 @@ def update_losses(step_losses: list[float], updates: list[int], window: int = UP
             for u in updates if u < len(step_losses)]
 
 
+def control_steps(updates: list[int]) -> list[int]:
+    """The steps halfway between consecutive updates, ``(u_i + u_{i+1}) // 2``: the control
+    windows of :func:`update_losses`. A window there measures the same loss change as around
+    an update, in the same run, where nothing changed the model, so it is the training's own
+    drift that an update's change must be read against."""
+    return [(a + b) // 2 for a, b in zip(updates, updates[1:]) if b - a > 1]
+
+
 def finalize(t: Training, out: Path) -> dict:
     """Test the best checkpoint and write ``metrics.json``; return the metrics."""
     train_time = time.perf_counter() - t.started
@@ -382,6 +392,7 @@ def finalize(t: Training, out: Path) -> dict:
         "skipped_steps": t.progress.skipped_steps,
         "allocation": best["allocation"], "history": t.progress.history, "curve": t.progress.curve,
         "update_losses": update_losses(t.progress.step_losses, t.controller.changing_steps()),
+        "control_losses": update_losses(t.progress.step_losses, control_steps(t.controller.changing_steps())),
         **t.controller.metrics(), "processes": distributed.world_size(), "threads": torch.get_num_threads(),
         "graphs_compiled": graphs_compiled() - t.graphs_at_start if run.compile else 0,
         **(t.parts.graphed.metrics() if t.parts.graphed is not None else {}),
