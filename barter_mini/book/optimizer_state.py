@@ -93,20 +93,23 @@ def run_policies(setup: Profile, labels, density: float, seeds, progress: bool =
     Top-1 (%), the number of updates, the mean loss change over the :data:`SPIKE_STEPS` steps
     after an update, averaged over the run's updates (``spike``), the same halfway between
     updates (``control``: the drift of training alone), and the heads and FFN channels the run
-    moved between layers), and per run, offset the mean loss change over its updates.
+    moved between layers), and per run, offset and ``around`` ("update", or "control" for
+    the windows halfway between updates) the mean loss change over the run's windows.
     """
     pairs = check_policies(labels)
     runs, changes = [], []
     for (method, policy), seed in tqdm([(p, s) for p in pairs for s in seeds], desc="runs", disable=not progress):
         metrics = cached_train(policy_run(setup, method, policy, density, seed))
-        change = loss_changes(metrics)
-        per_offset = change.groupby("offset", as_index=False)["change"].mean()
-        spike = per_offset[(per_offset["offset"] >= 1) & (per_offset["offset"] <= SPIKE_STEPS)]["change"].mean()
-        control = loss_changes(metrics, "control_losses")
-        control = control[(control["offset"] >= 1) & (control["offset"] <= SPIKE_STEPS)]["change"].mean()
+        after = {}
+        for around, windows in (("update", "update_losses"), ("control", "control_losses")):
+            change = loss_changes(metrics, windows)
+            per_offset = change.groupby("offset", as_index=False)["change"].mean()
+            after[around] = per_offset[per_offset["offset"].between(1, SPIKE_STEPS)]["change"].mean()
+            changes.append(per_offset.assign(method=method, policy=policy, seed=seed, around=around))
+            if around == "update":
+                updates = change["update"].nunique()
         moved = metrics.get("transfers_executed") or {"heads": 0, "ffn": 0}
         runs.append({"method": method, "policy": policy, "seed": seed, "val_acc": 100 * metrics["val_acc"],
-                     "acc": 100 * metrics["test_acc"], "updates": change["update"].nunique(), "spike": spike, "control": control,
-                     "head_transfers": moved["heads"], "ffn_transfers": moved["ffn"]})
-        changes.append(per_offset.assign(method=method, policy=policy, seed=seed))
+                     "acc": 100 * metrics["test_acc"], "updates": updates, "spike": after["update"],
+                     "control": after["control"], "head_transfers": moved["heads"], "ffn_transfers": moved["ffn"]})
     return pd.DataFrame(runs), pd.concat(changes, ignore_index=True)
