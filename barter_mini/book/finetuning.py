@@ -30,6 +30,7 @@ from ..training.methods import check_methods, get_method
 from ..training.recipes import get_recipe
 from ..training.run_config import RunConfig
 from ..core.models import get_model_config
+from ..errors import choose
 from .experiments import profile_run
 from .profiles import Profile
 from .tables import settings_markdown
@@ -63,6 +64,10 @@ PAPER_TRANSFER = TransferTask(model="vit-paper", pretrain_dataset="tiny-imagenet
 COMPUTE_REFERENCE = "rigl"
 #: the two schedules of Table 11
 FULL, MATCHED = "recipe epochs", "compute-matched"
+#: the methods trained compute-matched: BARTER (Table 11) and Static, its control (the same
+#: compact model and cost per epoch, never moving a unit): what BARTER gains from RigL's
+#: compute beyond what longer training alone gives
+MATCHED_METHODS = ("barter", "static")
 
 
 def transfer_task(setup: Profile) -> TransferTask:
@@ -107,11 +112,13 @@ def finetune_run(setup: Profile, method: str, density: float, seed: int, pflops:
     return run if pflops is None else replace(run, epochs=None, pflops=pflops)
 
 
-def matched_run(setup: Profile, density: float, seed: int) -> RunConfig:
-    """BARTER fine-tuned until the cumulative training PFLOPs of :data:`COMPUTE_REFERENCE` on
-    the same density and seed (Table 11); that run is read from the cache (trained if missing)."""
+def matched_run(setup: Profile, density: float, seed: int, method: str = "barter") -> RunConfig:
+    """``method`` (one of :data:`MATCHED_METHODS`) fine-tuned until the cumulative training
+    PFLOPs of :data:`COMPUTE_REFERENCE` on the same density and seed (Table 11); that run is
+    read from the cache (trained if missing)."""
+    choose("compute-matched method", method, MATCHED_METHODS)
     reference = cached_train(finetune_run(setup, COMPUTE_REFERENCE, density, seed))
-    return finetune_run(setup, "barter", density, seed, pflops=reference["train_pflops"])
+    return finetune_run(setup, method, density, seed, pflops=reference["train_pflops"])
 
 
 def finetuning_runs(setup: Profile, methods, densities, seeds) -> list[RunConfig]:
@@ -132,7 +139,8 @@ def _row(method: str, density: float, seed: int, schedule: str, metrics: dict) -
 def run_finetuning(setup: Profile, methods, densities, seeds, matched: bool = True,
                    progress: bool = True) -> pd.DataFrame:
     """Fine-tune every method at every density and seed (dense once, at rho 1), and, with
-    ``matched``, BARTER again until RigL's cumulative PFLOPs on the same seed and density.
+    ``matched``, BARTER and Static again until RigL's cumulative PFLOPs on the same seed and
+    density.
 
     One row per run: method, density, seed, schedule (recipe epochs or compute-matched),
     epochs trained, cumulative training PFLOPs, validation and test Top-1, test macro-F1 (%).
@@ -141,6 +149,6 @@ def run_finetuning(setup: Profile, methods, densities, seeds, matched: bool = Tr
     for run in tqdm(finetuning_runs(setup, methods, densities, seeds), desc="fine-tuning runs", disable=not progress):
         rows.append(_row(run.method, run.density, run.seed, FULL, cached_train(run)))
     if matched:
-        for density, seed in [(d, s) for d in densities for s in seeds]:
-            rows.append(_row("barter", density, seed, MATCHED, cached_train(matched_run(setup, density, seed))))
+        for method, density, seed in [(m, d, s) for m in MATCHED_METHODS for d in densities for s in seeds]:
+            rows.append(_row(method, density, seed, MATCHED, cached_train(matched_run(setup, density, seed, method))))
     return pd.DataFrame(rows)

@@ -39,7 +39,7 @@ from ..training.run_config import RunConfig
 from ..training.sweep import Stage
 from .build import REPO, source_notebooks
 from .experiments import grid_runs, run_grid
-from .finetuning import finetuning_runs, matched_run, pretraining_run, run_finetuning
+from .finetuning import MATCHED_METHODS, finetuning_runs, matched_run, pretraining_run, run_finetuning
 from .optimizer_state import check_policies, policy_run, run_policies
 from .profiles import PROFILES, Profile, resolve_profile
 from .reallocation_study import BOOK_POOR_START_VARIANTS, VARIANTS, study_defaults, variant_run
@@ -80,7 +80,7 @@ def _finetuning_stages(setup: Profile, methods, densities, seeds, compute_matche
     stages = [lambda: [pretraining_run(setup, seed) for seed in seeds],
               lambda: finetuning_runs(setup, methods, densities, seeds)]
     if compute_matched:
-        stages.append(lambda: [matched_run(setup, d, s) for d in densities for s in seeds])
+        stages.append(lambda: [matched_run(setup, d, s, m) for m in MATCHED_METHODS for d in densities for s in seeds])
     return stages
 
 
