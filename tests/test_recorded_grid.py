@@ -10,7 +10,7 @@ import shlex
 import pytest
 
 from barter_mini.book.build import REPO
-from barter_mini.book.finetuning import finetuning_runs
+from barter_mini.book.finetuning import MATCHED_METHODS, finetuning_runs
 from barter_mini.book.plans import book_stages, chapter_plan, recorded_grids
 from barter_mini.book.profiles import resolve_profile
 from barter_mini.book.recorded_grid import PROVENANCE, RecordedGrid
@@ -71,11 +71,11 @@ def _read_by_a_chapter(grid) -> bool:
 def _table_rows(grid) -> int:
     """How many rows the chapter's table of the grid has: one per run, except chapter 06's,
     whose table holds the fine-tuning runs (after the recipe's epochs, and compute-matched
-    BARTER per sparse density and seed) and not the pretraining runs they start from."""
+    BARTER and Static per sparse density and seed) and not the pretraining runs they start from."""
     if grid.name != "finetuning":
         return len(grid.runs())
     p = grid.notebook_parameters()
-    matched = p["compute_matched"] * sum(d < 1 for d in p["densities"]) * len(p["seeds"])
+    matched = p["compute_matched"] * len(MATCHED_METHODS) * sum(d < 1 for d in p["densities"]) * len(p["seeds"])
     return len(finetuning_runs(resolve_profile("quick", p["dataset"]), p["methods"], p["densities"], p["seeds"])) + matched
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from unittest import mock
@@ -78,7 +79,7 @@ class RecordedGrid:
 
     def command(self, profile: str = "quick") -> str:
         """The one ``barter-mini sweep`` command that trains the whole grid under ``profile``."""
-        flags = " ".join(f"--parameter {name}={json.dumps(value, separators=(',', ':'))}"
+        flags = " ".join("--parameter " + shlex.quote(f"{name}={json.dumps(value, separators=(',', ':'))}")
                          for name, value in self.parameters.items())
         return f"barter-mini sweep --book {profile} --chapters {self.chapter} {flags} --jobs 2"
 
