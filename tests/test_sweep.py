@@ -190,7 +190,7 @@ def test_local_jobs_share_the_cores_and_slurm_jobs_use_their_cpus():
 
 def test_book_stages_list_dependent_runs_once_their_sources_exist(tmp_path, monkeypatch):
     from barter_mini.book.experiments import grid_runs as notebook_grid
-    from barter_mini.book.plans import book_stages
+    from barter_mini.book.plans import book_stages, chapter_plan, notebook_defaults
     from barter_mini.book.profiles import resolve_profile
 
     monkeypatch.setenv("BARTER_MINI_CACHE", str(tmp_path))
@@ -198,8 +198,9 @@ def test_book_stages_list_dependent_runs_once_their_sources_exist(tmp_path, monk
     assert len(stages) == 3
     first = {cache.run_dir(r.validate()).name for r in stages[0].runs()}
     setup = resolve_profile("smoke")
-    scratch = notebook_grid(setup, ["dense", "set", "snfs", "rigl", "srigl", "s2vite", "static", "barter"], [0.3], [0])
-    assert {cache.run_dir(r.validate()).name for r in scratch} <= first          # chapter 02's own runs
+    methods = notebook_defaults(chapter_plan("02").notebook)["methods"]
+    scratch = notebook_grid(setup, methods, [0.3], [0])
+    assert len(scratch) == len(methods) and {cache.run_dir(r.validate()).name for r in scratch} <= first  # 02's own runs
     with read_only_cache(), pytest.raises(BarterError, match="barter-mini sweep"):
         stages[1].runs()             # fine-tuning needs the pretrained model of stage 1
     with pytest.raises(BarterError, match="unknown chapter"):
