@@ -46,6 +46,9 @@ POLICIES: dict[tuple[str, str], dict] = {
     ("rigl", "reset"): {"regrow_moments": "reset"},
     ("rigl", "warmup"): {"regrow_moments": "warmup"},
 }
+#: the windows a run keeps (metrics.json key), by what they are around: the updates, and the
+#: control halfway between them
+WINDOWS = {"update": "update_losses", "control": "control_losses"}
 #: steps after an update whose mean loss change is a run's "spike"
 SPIKE_STEPS = 3
 #: each method's default policy, the one the others are measured against
@@ -100,16 +103,14 @@ def run_policies(setup: Profile, labels, density: float, seeds, progress: bool =
     runs, changes = [], []
     for (method, policy), seed in tqdm([(p, s) for p in pairs for s in seeds], desc="runs", disable=not progress):
         metrics = cached_train(policy_run(setup, method, policy, density, seed))
+        windows = {around: loss_changes(metrics, key) for around, key in WINDOWS.items()}
         after = {}
-        for around, windows in (("update", "update_losses"), ("control", "control_losses")):
-            change = loss_changes(metrics, windows)
+        for around, change in windows.items():
             per_offset = change.groupby("offset", as_index=False)["change"].mean()
             after[around] = per_offset[per_offset["offset"].between(1, SPIKE_STEPS)]["change"].mean()
             changes.append(per_offset.assign(method=method, policy=policy, seed=seed, around=around))
-            if around == "update":
-                updates = change["update"].nunique()
         moved = metrics.get("transfers_executed") or {"heads": 0, "ffn": 0}
         runs.append({"method": method, "policy": policy, "seed": seed, "val_acc": 100 * metrics["val_acc"],
-                     "acc": 100 * metrics["test_acc"], "updates": updates, "spike": after["update"],
+                     "acc": 100 * metrics["test_acc"], "updates": windows["update"]["update"].nunique(), "spike": after["update"],
                      "control": after["control"], "head_transfers": moved["heads"], "ffn_transfers": moved["ffn"]})
     return pd.DataFrame(runs), pd.concat(changes, ignore_index=True)
