@@ -55,3 +55,91 @@ BENCH_PROFILES = {
 #: transcriptions, so ViT's paper cells stay blank, as do those of models the paper does not
 #: train (cct-mini).
 PAPER_COMPUTE_TABLES = {"cct-paper": ("table15_compute_and_size_cct", "Table 15")}
+
+
+@dataclass(frozen=True)
+class BenchGrid:
+    """The timing grid chapter 04's timing conclusions rest on, recorded in
+    ``data/bench_grid.csv``: every default method of ``barter-mini bench`` at every density on
+    both paper models, measured ``repeats`` times one after another on one quiet machine.
+
+    One bench run is one sample of the machine's noise (its step times are medians of
+    interleaved steps, Tables 6, 8, 14); the repeats give each ratio a mean ± SE over
+    ``repeats`` runs, paired by repeat (BARTER's speedup over RigL is computed inside one
+    run, where both felt the same machine). Each row is a bench row plus ``repeat``, the
+    machine (``cpu``, ``threads``, ``torch``), ``commit`` and ``command``. To re-record::
+
+        python -m barter_mini.book.efficiency
+    """
+
+    models: tuple[tuple[str, int], ...] = (("cct-paper", 16), ("vit-paper", 16))
+    densities: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7)
+    steps: int = 5
+    warmup: int = 2
+    segment_steps: int = 2
+    update_samples: int = 1
+    repeats: int = 3
+
+    command = "python -m barter_mini.book.efficiency"
+
+    @property
+    def csv(self):
+        from .recorded_grid import recorded_data_dir
+        return recorded_data_dir() / "bench_grid.csv"
+
+    def measure(self, commit: str, device: str = "cpu") -> list[dict]:
+        """Every row of the grid, ``repeats`` bench runs per model (repeat r uses seed r)."""
+        import platform
+
+        import torch
+
+        from ..measure.bench import DEFAULT_METHODS, bench
+        machine = {"cpu": _cpu_name() or platform.machine(), "threads": torch.get_num_threads(),
+                   "torch": torch.__version__.split("+")[0]}
+        rows = []
+        for repeat in range(self.repeats):
+            for model, batch in self.models:
+                for row in bench(model, DEFAULT_METHODS, self.densities, batch, steps=self.steps,
+                                 warmup=self.warmup, segment_steps=self.segment_steps,
+                                 update_samples=self.update_samples, device=device, seed=repeat, progress=False):
+                    rows.append({"repeat": repeat, **row, **machine, "commit": commit, "command": self.command})
+        return rows
+
+    def record(self, commit: str, device: str = "cpu", path=None):
+        """:meth:`measure` written to ``path`` (default :attr:`csv`), atomically."""
+        import pandas as pd
+
+        from ..training.checkpoints import write_csv_atomically
+        frame = pd.DataFrame(self.measure(commit, device)).round(4)
+        return write_csv_atomically(path or self.csv, tuple(frame.columns), frame.to_dict("records"))
+
+    def read(self, path=None):
+        """The recorded rows (:meth:`record`'s layout); a missing file is a one-line error with
+        the command that records it."""
+        import pandas as pd
+
+        from ..errors import BarterError
+        path = path or self.csv
+        if not path.is_file():
+            raise BarterError(f"{path} is missing: record the bench grid with `{self.command}` on a quiet machine")
+        return pd.read_csv(path, dtype={"commit": "string"})
+
+
+def _cpu_name() -> str | None:
+    """The CPU's model name (Linux), for the recorded grid's ``cpu`` column."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        return None
+
+
+#: the recorded timing grid of chapter 04
+BENCH_GRID = BenchGrid()
+
+
+if __name__ == "__main__":
+    import subprocess
+
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+    print(BENCH_GRID.record(head.stdout.strip()))
