@@ -61,7 +61,8 @@ PAPER_COMPUTE_TABLES = {"cct-paper": ("table15_compute_and_size_cct", "Table 15"
 class BenchGrid:
     """The timing grid chapter 04's timing conclusions rest on, recorded in
     ``data/bench_grid.csv``: every default method of ``barter-mini bench`` at every density on
-    both paper models, measured ``repeats`` times one after another on one quiet machine.
+    both paper models (``barter-mini bench``'s default methods), measured ``repeats`` times
+    one after another on one quiet machine.
 
     One bench run is one sample of the machine's noise (its step times are medians of
     interleaved steps, Tables 6, 8, 14); the repeats give each ratio a mean ± SE over
@@ -73,6 +74,7 @@ class BenchGrid:
     """
 
     models: tuple[tuple[str, int], ...] = (("cct-paper", 16), ("vit-paper", 16))
+    methods: tuple[str, ...] = ("dense", "rigl", "set", "srigl", "s2vite", "static", "barter")
     densities: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7)
     steps: int = 5
     warmup: int = 2
@@ -93,13 +95,13 @@ class BenchGrid:
 
         import torch
 
-        from ..measure.bench import DEFAULT_METHODS, bench
+        from ..measure.bench import bench
         machine = {"cpu": _cpu_name() or platform.machine(), "threads": torch.get_num_threads(),
                    "torch": torch.__version__.split("+")[0]}
         rows = []
         for repeat in range(self.repeats):
             for model, batch in self.models:
-                for row in bench(model, DEFAULT_METHODS, self.densities, batch, steps=self.steps,
+                for row in bench(model, self.methods, self.densities, batch, steps=self.steps,
                                  warmup=self.warmup, segment_steps=self.segment_steps,
                                  update_samples=self.update_samples, device=device, seed=repeat, progress=False):
                     rows.append({"repeat": repeat, **row, **machine, "commit": commit, "command": self.command})
