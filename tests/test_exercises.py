@@ -168,8 +168,43 @@ def runnable_answers():
                 yield pytest.param(chapter, title, code, id=case_id(chapter, title))
 
 
+#: a number an answer's prose quotes to the page's precision, two decimals or more: 0.35,
+#: -0.13, +15.45 (one-decimal settings such as rho = 0.3 are not quotes of a measurement)
+QUOTED = re.compile(r"(?<![\w.])[+\-−]?\d[\d,]*\.\d{2,}")
+MATHS = re.compile(r"\$[^$]+\$")
+
+
+def quoted_numbers(body: str) -> set[str]:
+    """The numbers the answer's prose quotes (its Python code and inline maths left out), as
+    written, without sign: an answer that quotes a measured number must print it."""
+    prose = "\n".join(MATHS.sub("", PYTHON.sub("", text)) for kind, text in dropdowns(body) if kind == "Answer")
+    return {number.lstrip("+-−") for number in QUOTED.findall(prose)}
+
+
+def rounds_to(printed: str, quoted: str) -> bool:
+    """Whether ``printed`` (0.711) is ``quoted`` (0.71) at the quoted number's decimals."""
+    decimals = len(quoted.split(".")[1])
+    return round(float(printed), decimals) == float(quoted.replace(",", ""))
+
+
+def answers_that_quote_numbers():
+    for chapter in CHAPTERS:
+        for title, body in exercises(chapter):
+            if quoted_numbers(body):
+                yield pytest.param(chapter, title, body, id=case_id(chapter, title))
+
+
+@pytest.mark.parametrize("chapter, title, body", list(answers_that_quote_numbers()))
+def test_an_answer_that_quotes_numbers_computes_them(chapter, title, body):
+    """The numbers an answer states come from its code, which reads them (from ``data/`` where
+    they are measured): the code below prints each of them, so a re-recorded grid that moves
+    one fails here instead of leaving the answer stale."""
+    assert answer_code(body).strip(), (f"{chapter.name}: {title!r} quotes {sorted(quoted_numbers(body))} "
+                                       "and has no Python that computes them")
+
+
 @pytest.mark.parametrize("chapter, title, code", list(runnable_answers()))
-def test_the_answers_code_runs_and_meets_its_check(chapter, title, code, tmp_path, monkeypatch):
+def test_the_answers_code_runs_and_meets_its_check(chapter, title, code, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)            # whatever an answer writes lands here
     threads = torch.get_num_threads()
     torch.set_num_threads(1)               # tiny models: one thread is fastest on shared cores
@@ -178,3 +213,10 @@ def test_the_answers_code_runs_and_meets_its_check(chapter, title, code, tmp_pat
         exec(compile(code, f"{chapter.name}: {title}", "exec"), {"__name__": "__exercise__"})
     finally:
         torch.set_num_threads(threads)
+    printed = capsys.readouterr().out
+    body = dict(exercises(chapter))[title]
+    printed_numbers = [number.lstrip("+-−").replace(",", "") for number in QUOTED.findall(printed)]
+    missing = sorted(quoted for quoted in quoted_numbers(body) if not any(
+        rounds_to(number, quoted) for number in printed_numbers))
+    assert not missing, (f"{chapter.name}: {title!r} quotes {missing}, which its code does not print "
+                         f"(it printed: {printed.strip()[:300]!r})")
