@@ -45,8 +45,8 @@ class Profile:
 #: reader must know it before reading one of this build's numbers
 BUILT_WITH = {
     "quick": "Its own runs are CPU-sized (the settings below), one seed unless the parameters ask "
-             "for more: they are drawn beside the recorded grids, and no conclusion about accuracy "
-             "rests on them.",
+             "for more, and its timings one run on the machine that built it: they are drawn beside "
+             "the recorded grids, and no conclusion rests on them.",
     "long": "Its own runs train the quick recipe for ten times as long (the settings below): they are "
             "drawn beside the recorded grids, which were trained with the quick profile and carry "
             "the conclusions.",
