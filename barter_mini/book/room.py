@@ -13,25 +13,32 @@ The runs, in three stages of one ``barter-mini`` sweep (:func:`room_stages`):
 2. Static from BARTER's final allocation of the same seed;
 3. the search, on :data:`SEARCH_SEEDS`: Static from the even allocation with one block of
    units moved between two layers (:func:`one_block_moves`), every ordered pair of layers, for
-   heads and FFN channels.
+   heads and FFN channels;
+4. Static from the search's two best moves (on validation) on the room's seeds.
 
 To run them in the background, one job per core::
 
     nice python -m barter_mini.book.room --jobs 2
+    python -m barter_mini.book.room --record COMMIT     # then: data/room.csv
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
 
 from ..core.budgets import Allocation, compute_budget, initial_allocation
 from ..core.models import get_model_config
 from ..training.cache import cached_train
+from ..training.checkpoints import write_csv_atomically
 from ..training.run_config import RunConfig
 from ..training.sweep import Stage
 from .experiments import profile_run
 from .profiles import Profile, resolve_profile
 from .reallocation_study import final_allocation
+from .recorded_grid import recorded_data_dir
 
 #: the book's quick setting: cct-mini on 15,000 CIFAR-10 images, 3 epochs
 ROOM_PROFILE = "quick"
@@ -99,11 +106,82 @@ def search_runs(setup: Profile, seeds=SEARCH_SEEDS, density: float = ROOM_DENSIT
             for allocation in allocations for seed in seeds]
 
 
+def label_of(run: RunConfig, even: Allocation) -> str:
+    """What a room run trains: ``even``, ``piled first``, ``piled last``, ``barter``, or a
+    given allocation named by its move from ``even`` (``heads 0->2``) or ``barter's allocation``."""
+    if run.method == "barter":
+        return "barter"
+    if run.allocation is None:
+        return "even" if run.start == "even" else f"piled {run.start}"
+    for name, allocation in one_block_moves(even).items():
+        if allocation == run.allocation:
+            return name
+    return "barter's allocation"
+
+
+def runs_frame(runs: list[RunConfig], setup: Profile) -> pd.DataFrame:
+    """One row per run, read from the cache (never trained): label, seed, validation and test
+    Top-1 (%), and the heads and FFN channels per layer it ended with."""
+    even = even_allocation(setup)
+    rows = []
+    for run in runs:
+        metrics = cached_train(run, train_missing=False)
+        rows.append({"label": label_of(run, even), "seed": run.seed, "val_acc": 100 * metrics["val_acc"],
+                     "acc": 100 * metrics["test_acc"], **final_allocation(metrics)})
+    return pd.DataFrame(rows)
+
+
+def paired_gaps(frame: pd.DataFrame, reference: str = "even") -> pd.DataFrame:
+    """Per label: ``label - reference`` on each seed both have, on validation and test Top-1,
+    mean, SE = sd / sqrt(n) and n; sorted by the validation gap, best first."""
+    rows = []
+    for value in ("val_acc", "acc"):
+        by_seed = frame.pivot_table(index="seed", columns="label", values=value)
+        for label in by_seed.columns.drop(reference):
+            d = (by_seed[label] - by_seed[reference]).dropna()
+            rows.append({"label": label, "value": value, "gap": d.mean(), "se": d.std() / len(d) ** 0.5,
+                         "n": len(d)})
+    gaps = pd.DataFrame(rows).pivot(index="label", columns="value", values=["gap", "se", "n"])
+    gaps.columns = [f"{stat}_{'val' if value == 'val_acc' else 'test'}" for stat, value in gaps.columns]
+    return gaps.sort_values("gap_val", ascending=False)
+
+
+def best_moves(setup: Profile, top: int = 2) -> list[str]:
+    """The ``top`` one-block moves with the largest validation gap over the even allocation on
+    the search's seeds."""
+    gaps = paired_gaps(runs_frame(search_runs(setup), setup))
+    return list(gaps.index[:top])
+
+
+def best_move_runs(setup: Profile, seeds=ROOM_SEEDS, top: int = 2) -> list[RunConfig]:
+    """Stage 4: Static from the search's best moves, on the room's seeds."""
+    moves = one_block_moves(even_allocation(setup))
+    return [replace(profile_run(setup, "static", ROOM_DENSITY, seed), allocation=moves[name])
+            for name in best_moves(setup, top) for seed in seeds]
+
+
 def room_stages(setup: Profile | None = None) -> list[Stage]:
     setup = setup or room_setup()
     return [Stage("room: starts", lambda: start_runs(setup)),
             Stage("room: barter's allocation", lambda: found_allocation_runs(setup)),
-            Stage("room: one-block search", lambda: search_runs(setup))]
+            Stage("room: one-block search", lambda: search_runs(setup)),
+            Stage("room: the search's best on the room's seeds", lambda: best_move_runs(setup))]
+
+
+#: the command that trains every run of the room
+COMMAND = "nice python -m barter_mini.book.room --jobs 2"
+
+
+def record(commit: str, path=None) -> Path:
+    """Every room run's row (:func:`runs_frame`, with ``stage``), ``commit`` and :data:`COMMAND`,
+    written atomically to ``data/room.csv``."""
+    setup = room_setup()
+    frames = [runs_frame(stage.runs(), setup).assign(stage=stage.name) for stage in room_stages(setup)]
+    frame = pd.concat(frames, ignore_index=True).round(4).assign(commit=commit, command=COMMAND)
+    for kind in ("heads", "ffn"):
+        frame[kind] = frame[kind].map(tuple)
+    path = Path(path or recorded_data_dir() / "room.csv")
+    return write_csv_atomically(path, tuple(frame.columns), frame.to_dict("records"))
 
 
 if __name__ == "__main__":
@@ -114,6 +192,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="train the room's runs into the run cache")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--record", metavar="COMMIT", help="record the trained runs in data/room.csv instead")
     args = parser.parse_args()
-    report = run_sweep(room_stages(), ExecutorSettings(kind="local", jobs=args.jobs), dry_run=args.dry_run)
-    print(report.summary())
+    if args.record:
+        print(record(args.record))
+    else:
+        report = run_sweep(room_stages(), ExecutorSettings(kind="local", jobs=args.jobs), dry_run=args.dry_run)
+        print(report.summary())

@@ -1,0 +1,47 @@
+"""The room to reallocate: which frozen allocations it trains, and how it pairs them."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from barter_mini.book.room import (ROOM_SEEDS, SEARCH_SEEDS, even_allocation, label_of, one_block_moves,
+                                   paired_gaps, room_setup, search_runs, start_runs)
+from barter_mini.core.budgets import Allocation
+
+
+def test_a_one_block_move_keeps_the_budgets_and_moves_one_block_between_two_layers():
+    even = Allocation(heads=(3, 3, 3, 3), ffn=(39, 39, 38, 38))
+    moves = one_block_moves(even, ffn_block=8)
+    assert len(moves) == 2 * 4 * 3                              # both kinds, every ordered pair of layers
+    assert moves["heads 0->2"] == {"heads": [2, 3, 4, 3], "ffn": [39, 39, 38, 38]}
+    assert moves["ffn 3->1"] == {"heads": [3, 3, 3, 3], "ffn": [39, 47, 38, 30]}
+    for allocation in moves.values():
+        assert sum(allocation["heads"]) == 12 and sum(allocation["ffn"]) == 154
+        assert min(allocation["heads"]) >= 1 and min(allocation["ffn"]) >= 1
+
+
+def test_a_move_that_would_empty_a_layer_is_left_out():
+    moves = one_block_moves(Allocation(heads=(1, 1), ffn=(8, 20)), ffn_block=8)
+    assert set(moves) == {"ffn 1->0"}
+
+
+def test_the_room_trains_every_start_on_its_seeds_and_the_search_on_seeds_of_its_own():
+    setup = room_setup()
+    even = even_allocation(setup)
+    starts = start_runs(setup)
+    labels = {(label_of(run, even), run.seed) for run in starts}
+    assert labels == {(label, seed) for label in ("even", "piled first", "piled last", "barter") for seed in ROOM_SEEDS}
+    search = search_runs(setup)
+    assert {run.seed for run in search} == set(SEARCH_SEEDS) and not set(SEARCH_SEEDS) & set(ROOM_SEEDS)
+    assert {label_of(run, even) for run in search} == {"even", *one_block_moves(even)}
+    assert all(run.method == "static" and run.model == "cct-mini" and run.density == 0.3 for run in search)
+
+
+def test_gaps_are_paired_by_seed_with_their_standard_error():
+    frame = pd.DataFrame({"label": ["even"] * 3 + ["piled last"] * 3, "seed": [0, 1, 2] * 2,
+                          "val_acc": [40.0, 50.0, 60.0, 41.0, 52.0, 60.0], "acc": [40.0, 50.0, 60.0] * 2})
+    gaps = paired_gaps(frame)
+    assert gaps.loc["piled last", "gap_val"] == pytest.approx(1.0)            # d = 1, 2, 0
+    assert gaps.loc["piled last", "se_val"] == pytest.approx(1.0 / 3 ** 0.5)    # sd(d) = 1
+    assert gaps.loc["piled last", "gap_test"] == 0 and gaps.loc["piled last", "n_val"] == 3
