@@ -45,3 +45,19 @@ def test_gaps_are_paired_by_seed_with_their_standard_error():
     assert gaps.loc["piled last", "gap_val"] == pytest.approx(1.0)            # d = 1, 2, 0
     assert gaps.loc["piled last", "se_val"] == pytest.approx(1.0 / 3 ** 0.5)    # sd(d) = 1
     assert gaps.loc["piled last", "gap_test"] == 0 and gaps.loc["piled last", "n_val"] == 3
+
+
+def test_the_recorded_room_holds_whole_stages_in_order_with_their_provenance():
+    from barter_mini.book.recorded_grid import DATA_DIR
+    from barter_mini.book.room import COMMAND, room_stages
+
+    recorded = pd.read_csv(DATA_DIR / "room.csv", dtype={"commit": "string"})
+    names = [stage.name for stage in room_stages()]
+    stages = list(dict.fromkeys(recorded["stage"]))
+    assert stages == names[:len(stages)] and len(stages) >= 2          # a prefix of the stages, in order
+    starts = recorded[recorded["stage"] == names[0]]
+    assert starts.groupby("label")["seed"].apply(sorted).to_dict() == {
+        label: list(ROOM_SEEDS) for label in ("barter", "even", "piled first", "piled last")}
+    assert sorted(recorded.loc[recorded["stage"] == names[1], "seed"]) == list(ROOM_SEEDS)
+    assert (recorded["command"] == COMMAND).all() and recorded["commit"].str.fullmatch(r"[0-9a-f]{7,40}").all()
+    assert recorded["val_acc"].between(10, 100).all() and recorded["acc"].between(10, 100).all()

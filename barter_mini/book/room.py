@@ -31,6 +31,7 @@ import pandas as pd
 
 from ..core.budgets import Allocation, compute_budget, initial_allocation
 from ..core.models import get_model_config
+from ..errors import BarterError
 from ..training.cache import cached_train
 from ..training.checkpoints import write_csv_atomically
 from ..training.run_config import RunConfig
@@ -174,9 +175,16 @@ COMMAND = "nice python -m barter_mini.book.room --jobs 2"
 
 def record(commit: str, path=None) -> Path:
     """Every room run's row (:func:`runs_frame`, with ``stage``), ``commit`` and :data:`COMMAND`,
-    written atomically to ``data/room.csv``."""
+    written atomically to ``data/room.csv``: the stages in the cache, up to the first that is
+    not (its name printed), so that a sweep still running can be recorded as far as it got."""
     setup = room_setup()
-    frames = [runs_frame(stage.runs(), setup).assign(stage=stage.name) for stage in room_stages(setup)]
+    frames = []
+    for stage in room_stages(setup):
+        try:
+            frames.append(runs_frame(stage.runs(), setup).assign(stage=stage.name))
+        except BarterError as missing:
+            print(f"recorded up to {stage.name!r}, which is not all in the run cache yet ({missing})")
+            break
     frame = pd.concat(frames, ignore_index=True).round(4).assign(commit=commit, command=COMMAND)
     for kind in ("heads", "ffn"):
         frame[kind] = frame[kind].map(tuple)
