@@ -4,8 +4,17 @@ the chapter's tables, checks and figures are written in its cells."""
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass
+from pathlib import Path
 
+import pandas as pd
+import torch
+
+from ..errors import BarterError
+from ..measure.bench import DEFAULT_METHODS, bench
+from ..training.checkpoints import write_csv_atomically
+from .recorded_grid import recorded_data_dir
 from .tables import settings_markdown
 
 
@@ -74,7 +83,7 @@ class BenchGrid:
     """
 
     models: tuple[tuple[str, int], ...] = (("cct-paper", 16), ("vit-paper", 16))
-    methods: tuple[str, ...] = ("dense", "rigl", "set", "srigl", "s2vite", "static", "barter")
+    methods: tuple[str, ...] = DEFAULT_METHODS
     densities: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7)
     steps: int = 5
     warmup: int = 2
@@ -85,17 +94,11 @@ class BenchGrid:
     command = "python -m barter_mini.book.efficiency"
 
     @property
-    def csv(self):
-        from .recorded_grid import recorded_data_dir
+    def csv(self) -> Path:
         return recorded_data_dir() / "bench_grid.csv"
 
     def measure(self, commit: str, device: str = "cpu") -> list[dict]:
         """Every row of the grid, ``repeats`` bench runs per model (repeat r uses seed r)."""
-        import platform
-
-        import torch
-
-        from ..measure.bench import bench
         machine = {"cpu": _cpu_name() or platform.machine(), "threads": torch.get_num_threads(),
                    "torch": torch.__version__.split("+")[0]}
         rows = []
@@ -107,20 +110,14 @@ class BenchGrid:
                     rows.append({"repeat": repeat, **row, **machine, "commit": commit, "command": self.command})
         return rows
 
-    def record(self, commit: str, device: str = "cpu", path=None):
+    def record(self, commit: str, device: str = "cpu", path: Path | None = None) -> Path:
         """:meth:`measure` written to ``path`` (default :attr:`csv`), atomically."""
-        import pandas as pd
-
-        from ..training.checkpoints import write_csv_atomically
         frame = pd.DataFrame(self.measure(commit, device)).round(4)
         return write_csv_atomically(path or self.csv, tuple(frame.columns), frame.to_dict("records"))
 
-    def read(self, path=None):
+    def read(self, path: Path | None = None) -> pd.DataFrame:
         """The recorded rows (:meth:`record`'s layout); a missing file is a one-line error with
         the command that records it."""
-        import pandas as pd
-
-        from ..errors import BarterError
         path = path or self.csv
         if not path.is_file():
             raise BarterError(f"{path} is missing: record the bench grid with `{self.command}` on a quiet machine")
