@@ -29,12 +29,13 @@ def test_a_move_that_would_empty_a_layer_is_left_out():
 def test_the_room_trains_every_start_on_its_seeds_and_the_search_on_seeds_of_its_own():
     setup = room_setup()
     even = even_allocation(setup)
+    moves = one_block_moves(even)
     starts = start_runs(setup)
-    labels = {(label_of(run, even), run.seed) for run in starts}
+    labels = {(label_of(run, moves), run.seed) for run in starts}
     assert labels == {(label, seed) for label in ("even", "piled first", "piled last", "barter") for seed in ROOM_SEEDS}
     search = search_runs(setup)
     assert {run.seed for run in search} == set(SEARCH_SEEDS) and not set(SEARCH_SEEDS) & set(ROOM_SEEDS)
-    assert {label_of(run, even) for run in search} == {"even", *one_block_moves(even)}
+    assert {label_of(run, moves) for run in search} == {"even", *moves}
     assert all(run.method == "static" and run.model == "cct-mini" and run.density == 0.3 for run in search)
 
 

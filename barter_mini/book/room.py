@@ -40,6 +40,7 @@ from .experiments import profile_run
 from .profiles import Profile, resolve_profile
 from .reallocation_study import final_allocation
 from .recorded_grid import recorded_data_dir
+from .seed_noise import paired_summary
 
 #: the book's quick setting: cct-mini on 15,000 CIFAR-10 images, 3 epochs
 ROOM_PROFILE = "quick"
@@ -107,14 +108,15 @@ def search_runs(setup: Profile, seeds=SEARCH_SEEDS, density: float = ROOM_DENSIT
             for allocation in allocations for seed in seeds]
 
 
-def label_of(run: RunConfig, even: Allocation) -> str:
+def label_of(run: RunConfig, moves: dict[str, dict]) -> str:
     """What a room run trains: ``even``, ``piled first``, ``piled last``, ``barter``, or a
-    given allocation named by its move from ``even`` (``heads 0->2``) or ``barter's allocation``."""
+    given allocation named by its move in ``moves`` (:func:`one_block_moves`: ``heads 0->2``)
+    or ``barter's allocation``."""
     if run.method == "barter":
         return "barter"
     if run.allocation is None:
         return "even" if run.start == "even" else f"piled {run.start}"
-    for name, allocation in one_block_moves(even).items():
+    for name, allocation in moves.items():
         if allocation == run.allocation:
             return name
     return "barter's allocation"
@@ -123,11 +125,11 @@ def label_of(run: RunConfig, even: Allocation) -> str:
 def runs_frame(runs: list[RunConfig], setup: Profile) -> pd.DataFrame:
     """One row per run, read from the cache (never trained): label, seed, validation and test
     Top-1 (%), and the heads and FFN channels per layer it ended with."""
-    even = even_allocation(setup)
+    moves = one_block_moves(even_allocation(setup))
     rows = []
     for run in runs:
         metrics = cached_train(run, train_missing=False)
-        rows.append({"label": label_of(run, even), "seed": run.seed, "val_acc": 100 * metrics["val_acc"],
+        rows.append({"label": label_of(run, moves), "seed": run.seed, "val_acc": 100 * metrics["val_acc"],
                      "acc": 100 * metrics["test_acc"], **final_allocation(metrics)})
     return pd.DataFrame(rows)
 
@@ -140,8 +142,8 @@ def paired_gaps(frame: pd.DataFrame, reference: str = "even") -> pd.DataFrame:
         by_seed = frame.pivot_table(index="seed", columns="label", values=value)
         for label in by_seed.columns.drop(reference):
             d = (by_seed[label] - by_seed[reference]).dropna()
-            rows.append({"label": label, "value": value, "gap": d.mean(), "se": d.std() / len(d) ** 0.5,
-                         "n": len(d)})
+            gap, _, se = paired_summary(d)
+            rows.append({"label": label, "value": value, "gap": gap, "se": se, "n": len(d)})
     gaps = pd.DataFrame(rows).pivot(index="label", columns="value", values=["gap", "se", "n"])
     gaps.columns = [f"{stat}_{'val' if value == 'val_acc' else 'test'}" for stat, value in gaps.columns]
     return gaps.sort_values("gap_val", ascending=False)
