@@ -62,3 +62,50 @@ def test_the_recorded_room_holds_whole_stages_in_order_with_their_provenance():
     assert sorted(recorded.loc[recorded["stage"] == names[1], "seed"]) == list(ROOM_SEEDS)
     assert (recorded["command"] == COMMAND).all() and recorded["commit"].str.fullmatch(r"[0-9a-f]{7,40}").all()
     assert recorded["val_acc"].between(10, 100).all() and recorded["acc"].between(10, 100).all()
+
+
+def history_entry(step, heads, receiver, donors, executed=None, parents=None):
+    executed = len(donors) if executed is None else executed
+    return {"step": step, "heads": heads, "ffn": [4, 4],
+            "transfers": {"heads": {"receiver": receiver, "donors": donors, "executed": executed,
+                                    "parents": parents if parents is not None else list(range(executed))}}}
+
+
+def test_clones_are_followed_through_later_prunes_and_clones():
+    from barter_mini.book.room import unit_fates
+    history = [{"step": 0, "heads": [3, 3], "ffn": [4, 4]},
+               history_entry(40, [2, 4], 1, [[0, 1]]),            # clone a at layer 1, place 3
+               history_entry(80, [3, 3], 0, [[1, 0]]),            # a moves to place 2; clone b at layer 0, place 2
+               history_entry(120, [4, 2], 0, [[1, 2]])]           # a pruned; clone c
+    fates = unit_fates(history, "heads")
+    assert fates == [{"born": 40, "pruned": 120}, {"born": 80, "pruned": None}, {"born": 120, "pruned": None}]
+
+
+def test_within_layer_clones_are_appended_before_the_donors_go():
+    from barter_mini.book.room import unit_fates
+    history = [{"step": 0, "heads": [2, 2], "ffn": [4, 4]},
+               history_entry(40, [2, 2], None, [[0, 0]], parents=[[0, 1]]),   # clone a: layer 0, place 1
+               history_entry(80, [2, 2], None, [[0, 1]], parents=[[0, 0]])]   # a pruned
+    assert unit_fates(history, "heads") == [{"born": 40, "pruned": 80}, {"born": 80, "pruned": None}]
+
+
+def test_a_history_whose_widths_do_not_follow_from_its_transfers_is_refused():
+    from barter_mini.book.room import unit_fates
+    from barter_mini.errors import BarterError
+    history = [{"step": 0, "heads": [3, 3], "ffn": [4, 4]}, history_entry(40, [3, 3], 1, [[0, 1]])]
+    with pytest.raises(BarterError, match="do not follow"):
+        unit_fates(history, "heads")
+
+
+def test_h1_trains_static_barter_and_its_within_layer_control_on_fresh_seeds():
+    from barter_mini.book.room import H1_CONFIRM_SEEDS, H1_SEEDS, h1_stages
+    setup = room_setup()
+    moves = one_block_moves(even_allocation(setup))
+    test, confirmation = (stage.runs() for stage in h1_stages(setup))
+    assert {(label_of(run, moves), run.seed) for run in test} == {
+        (label, seed) for label in ("even", "barter", "barter within-layer") for seed in H1_SEEDS}
+    assert {run.seed for run in confirmation} == set(H1_CONFIRM_SEEDS)
+    used = set(ROOM_SEEDS) | set(SEARCH_SEEDS)
+    assert not (set(H1_SEEDS) | set(H1_CONFIRM_SEEDS)) & used and not set(H1_SEEDS) & set(H1_CONFIRM_SEEDS)
+    within = [run for run in test if run.overrides]
+    assert len(within) == len(H1_SEEDS) and all(run.overrides == {"scope": "within-layer"} for run in within)

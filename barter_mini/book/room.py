@@ -20,6 +20,14 @@ To run them in the background, one job per core::
 
     nice python -m barter_mini.book.room --jobs 2
     python -m barter_mini.book.room --record COMMIT     # then: data/room.csv
+
+H1 (pre-registered in ``data/README.md``): BARTER's lead over Static comes from the moving,
+not from where capacity ends up. Its test (:func:`h1_stages`) trains Static, BARTER and
+BARTER's within-layer control (``scope="within-layer"``: the same pruning and cloning, every
+clone in its donor's layer) on :data:`H1_SEEDS`, then on the fresh :data:`H1_CONFIRM_SEEDS`::
+
+    nice python -m barter_mini.book.room --h1 --jobs 2
+    python -m barter_mini.book.room --h1 --record COMMIT  # then: data/room_h1.csv
 """
 
 from __future__ import annotations
@@ -53,6 +61,11 @@ SEARCH_SEEDS = (100, 101)
 STARTS = ("even", "first", "last")
 #: the FFN channels one search move carries between two layers (heads move one at a time)
 FFN_BLOCK = 8
+#: H1's test and its confirmation: seeds no earlier stage used
+H1_SEEDS = tuple(range(10, 20))
+H1_CONFIRM_SEEDS = tuple(range(20, 25))
+#: BARTER's within-layer control: the same prune-and-clone, no unit leaves its layer
+WITHIN_LAYER = {"scope": "within-layer"}
 
 
 def room_setup() -> Profile:
@@ -109,11 +122,12 @@ def search_runs(setup: Profile, seeds=SEARCH_SEEDS, density: float = ROOM_DENSIT
 
 
 def label_of(run: RunConfig, moves: dict[str, dict]) -> str:
-    """What a room run trains: ``even``, ``piled first``, ``piled last``, ``barter``, or a
+    """What a room run trains: ``even``, ``piled first``, ``piled last``, ``barter`` (``barter
+    within-layer``: H1's control), or a
     given allocation named by its move in ``moves`` (:func:`one_block_moves`: ``heads 0->2``)
     or ``barter's allocation``."""
     if run.method == "barter":
-        return "barter"
+        return "barter within-layer" if run.overrides.get("scope") == "within-layer" else "barter"
     if run.allocation is None:
         return "even" if run.start == "even" else f"piled {run.start}"
     for name, allocation in moves.items():
@@ -130,8 +144,72 @@ def runs_frame(runs: list[RunConfig], setup: Profile) -> pd.DataFrame:
     for run in runs:
         metrics = cached_train(run, train_missing=False)
         rows.append({"label": label_of(run, moves), "seed": run.seed, "val_acc": 100 * metrics["val_acc"],
-                     "acc": 100 * metrics["test_acc"], **final_allocation(metrics)})
+                     "acc": 100 * metrics["test_acc"], **final_allocation(metrics),
+                     **(update_diagnostics(metrics) if run.method == "barter" else {})})
     return pd.DataFrame(rows)
+
+
+def unit_fates(history: list[dict], kind: str) -> list[dict]:
+    """Every clone of a run's ``allocation_history``: the step it was made, and the step it was
+    pruned (None if it lived to the end).
+
+    Units are followed by their place in their layer's tensors: a prune keeps the survivors in
+    order, a between-layer update appends its clones to the receiver after pruning the donors,
+    a within-layer one appends them to the donor's layer before pruning (``core.barter``).
+    """
+    layers = [[("start", i) for i in range(n)] for n in history[0][kind]]
+    born: dict[tuple, int] = {}
+    pruned: dict[tuple, int] = {}
+
+    def remove(donors, step):
+        for layer in sorted({at for at, _ in donors}):
+            doomed = {u for at, u in donors if at == layer}
+            for u in doomed:
+                pruned[layers[layer][u]] = step
+            layers[layer] = [unit for u, unit in enumerate(layers[layer]) if u not in doomed]
+
+    def add(layer, step, count):
+        for _ in range(count):
+            unit = ("clone", len(born))
+            born[unit] = step
+            layers[layer].append(unit)
+
+    for entry in history[1:]:
+        record = entry.get("transfers", {}).get(kind)
+        if not record or not record["executed"]:
+            continue
+        step = entry["step"]
+        if record["receiver"] is None:
+            for layer in sorted({at for at, _ in record["parents"]}):
+                add(layer, step, sum(at == layer for at, _ in record["parents"]))
+            remove(record["donors"], step)
+        else:
+            remove(record["donors"], step)
+            add(record["receiver"], step, record["executed"])
+        if [len(units) for units in layers] != list(entry[kind]):
+            raise BarterError(f"the {kind} of step {step} do not follow from its transfers: "
+                              f"{[len(u) for u in layers]} followed, {entry[kind]} recorded")
+    return [{"born": step, "pruned": pruned.get(unit)} for unit, step in born.items()]
+
+
+def update_diagnostics(metrics: dict) -> dict:
+    """What a run's updates did, per kind: units moved, the share of its clones pruned again at
+    a later update (``repruned``), and the net displacement from where it started (half the L1
+    distance: the units that would have to move back); and the training loss's change across
+    an update (mean of the losses recorded after it minus the mean of those before, averaged
+    over the updates that moved units)."""
+    history = metrics.get("allocation_history") or []
+    row = {}
+    for kind in ("heads", "ffn"):
+        fates = unit_fates(history, kind) if history else []
+        row[f"moved_{kind}"] = len(fates)
+        row[f"repruned_{kind}"] = (sum(f["pruned"] is not None for f in fates) / len(fates)) if fates else float("nan")
+        row[f"displaced_{kind}"] = (sum(abs(a - b) for a, b in zip(history[-1][kind], history[0][kind])) // 2
+                                    if history else 0)
+    jumps = [sum(u["after"]) / len(u["after"]) - sum(u["before"]) / len(u["before"])
+             for u in metrics.get("update_losses") or [] if u["after"] and u["before"]]
+    row["loss_jump"] = sum(jumps) / len(jumps) if jumps else float("nan")
+    return row
 
 
 def paired_gaps(frame: pd.DataFrame, reference: str = "even") -> pd.DataFrame:
@@ -171,26 +249,42 @@ def room_stages(setup: Profile | None = None) -> list[Stage]:
             Stage("room: the search's best on the room's seeds", lambda: best_move_runs(setup))]
 
 
+def h1_runs(setup: Profile, seeds) -> list[RunConfig]:
+    """H1's runs on ``seeds``: Static and BARTER from the even start, and BARTER's within-layer
+    control (:data:`WITHIN_LAYER`)."""
+    return [run for seed in seeds for run in (
+        profile_run(setup, "static", ROOM_DENSITY, seed), profile_run(setup, "barter", ROOM_DENSITY, seed),
+        replace(profile_run(setup, "barter", ROOM_DENSITY, seed), overrides=dict(WITHIN_LAYER)))]
+
+
+def h1_stages(setup: Profile | None = None) -> list[Stage]:
+    setup = setup or room_setup()
+    return [Stage("H1: test", lambda: h1_runs(setup, H1_SEEDS)),
+            Stage("H1: confirmation on fresh seeds", lambda: h1_runs(setup, H1_CONFIRM_SEEDS))]
+
+
 #: the command that trains every run of the room
 COMMAND = "nice python -m barter_mini.book.room --jobs 2"
+H1_COMMAND = "nice python -m barter_mini.book.room --h1 --jobs 2"
 
 
-def record(commit: str, path=None) -> Path:
+def record(commit: str, path=None, h1: bool = False) -> Path:
     """Every room run's row (:func:`runs_frame`, with ``stage``), ``commit`` and :data:`COMMAND`,
-    written atomically to ``data/room.csv``: the stages in the cache, up to the first that is
-    not (its name printed), so that a sweep still running can be recorded as far as it got."""
+    written atomically to ``data/room.csv`` (H1's stages: ``data/room_h1.csv``): the stages in
+    the cache, up to the first that is not (its name printed), so that a sweep still running
+    can be recorded as far as it got."""
     setup = room_setup()
     frames = []
-    for stage in room_stages(setup):
+    for stage in (h1_stages if h1 else room_stages)(setup):
         try:
             frames.append(runs_frame(stage.runs(), setup).assign(stage=stage.name))
         except BarterError as missing:
             print(f"recorded up to {stage.name!r}, which is not all in the run cache yet ({missing})")
             break
-    frame = pd.concat(frames, ignore_index=True).round(4).assign(commit=commit, command=COMMAND)
+    frame = pd.concat(frames, ignore_index=True).round(4).assign(commit=commit, command=H1_COMMAND if h1 else COMMAND)
     for kind in ("heads", "ffn"):
         frame[kind] = frame[kind].map(tuple)
-    path = Path(path or recorded_data_dir() / "room.csv")
+    path = Path(path or recorded_data_dir() / ("room_h1.csv" if h1 else "room.csv"))
     return write_csv_atomically(path, tuple(frame.columns), frame.to_dict("records"))
 
 
@@ -203,9 +297,11 @@ if __name__ == "__main__":
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--record", metavar="COMMIT", help="record the trained runs in data/room.csv instead")
+    parser.add_argument("--h1", action="store_true", help="H1's test (data/room_h1.csv) instead of the room")
     args = parser.parse_args()
     if args.record:
-        print(record(args.record))
+        print(record(args.record, h1=args.h1))
     else:
-        report = run_sweep(room_stages(), ExecutorSettings(kind="local", jobs=args.jobs), dry_run=args.dry_run)
+        stages = h1_stages() if args.h1 else room_stages()
+        report = run_sweep(stages, ExecutorSettings(kind="local", jobs=args.jobs), dry_run=args.dry_run)
         print(report.summary())
