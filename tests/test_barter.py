@@ -148,3 +148,47 @@ def test_budgets_and_bounds_hold_after_random_updates(updates):
             counts = allocation.heads if kind == "heads" else allocation.ffn
             assert [s.age.numel() for s in statistics.layers[kind]] == list(counts)
     train_step(model, optimizer, *batch(TINY_CCT))   # the resized model still trains
+
+
+# ------------------------------------------------------------------ the within-layer control
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(update, min_size=10, max_size=10))
+def test_within_layer_updates_replace_units_in_their_own_layer(updates):
+    """The control of H1 (data/README.md): the same pruning and cloning, no unit changes layer;
+    each clone's parent is a unit of the donor's layer that is not itself pruned."""
+    import numpy as np
+    model = tiny_model(TINY_CCT, heads=(2, 3, 1), ffn=(5, 8, 3))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    statistics = UnitStatistics(model)
+    train_step(model, optimizer, *batch(TINY_CCT))
+    before = model.allocation()
+    for u in updates:
+        g = torch.Generator().manual_seed(u["seed"])
+        for layer_stats in (*statistics.layers["heads"], *statistics.layers["ffn"]):
+            n = layer_stats.age.numel()
+            layer_stats.pruning_ema = torch.rand(n, generator=g)
+            layer_stats.growth_ema = torch.rand(n, generator=g)
+            layer_stats.age = torch.randint(0, 6, (n,), generator=g)
+        settings_ = BarterSettings(min_age=u["min_age"], clone_moments=u["clone_moments"], scope="within-layer",
+                                   parent_score=u["parent_score"], random_donor=u["random_donor"])
+        records = topology_update(model, {"heads": u["k_heads"], "ffn": u["k_ffn"]}, statistics,
+                                  optimizer, settings_, np.random.default_rng(u["seed"]), g)
+        assert model.allocation() == before
+        for kind, record in records.items():
+            assert record.receiver is None and record.executed == len(record.donors) <= record.scheduled
+            assert sorted(at for at, _ in record.parents) == sorted(at for at, _ in record.donors)
+            assert not set(record.parents) & set(record.donors)
+        assert_in_sync(model, optimizer)
+    train_step(model, optimizer, *batch(TINY_CCT))
+
+
+def test_within_layer_moves_the_lowest_units_of_all_layers():
+    stats = [layer([0.5, 0.1, 0.9, 0.8]), layer([0.05, 0.7]), layer([0.2, 0.3, 0.6])]
+    from barter_mini.core.barter import plan_within_layer
+    donors, parents = plan_within_layer(stats, [4, 2, 3], 3, BarterSettings(min_age=1))
+    # layer 1 may give one of its two units; the next lowest are layer 0's 0.1 and layer 2's 0.2
+    assert sorted(donors) == [(0, 1), (1, 0), (2, 0)]
+    assert sorted(parents) == [(0, 2), (1, 1), (2, 2)]
+    with pytest.raises(Exception, match="scope"):
+        BarterSettings(scope="sideways").validate()

@@ -38,6 +38,8 @@ from .surgery import (MOMENTUM_STATES, UNIT_KINDS, perturb_input_parameters, reg
 CLONE_MOMENTS = ("split", "fresh", "zero-momentum", "warmup")
 #: what ranks a receiver's units as parents (BarterSettings.parent_score)
 PARENT_SCORES = ("pressure", "importance")
+#: where the clones of an update go (BarterSettings.scope)
+SCOPES = ("between-layers", "within-layer")
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,11 @@ class BarterSettings:
     receiver_rule: str = "mean-importance"
     #: what ranks the receiver's parents: their growth scores ("pressure") or pruning scores ("importance")
     parent_score: str = "pressure"
+    #: "between-layers": the method, the clones go to the receiver; "within-layer": a control
+    #: that replaces every donor by a clone of its own layer's best unit (the same prune and
+    #: clone, no unit changes layer: :func:`plan_within_layer`), to tell the moving of units
+    #: from the churn of pruning and cloning
+    scope: str = "between-layers"
 
     def validate(self) -> "BarterSettings":
         """Refuse settings the method cannot run with, in one line each."""
@@ -93,6 +100,7 @@ class BarterSettings:
         choose("pruning_score", self.pruning_score, PRUNING_SCORES)
         choose("receiver_rule", self.receiver_rule, RECEIVER_RULES)
         choose("parent_score", self.parent_score, PARENT_SCORES)
+        choose("scope", self.scope, SCOPES)
         return self
 
     @property
@@ -335,13 +343,15 @@ def clone(block: nn.Module, kind: str, parents: list[int],
 
 @dataclass
 class Transfer:
-    """What one update did to one unit kind."""
+    """What one update did to one unit kind: ``donors`` are ``(layer, unit)`` pairs and
+    ``parents`` units of ``receiver``; within-layer (no receiver), ``parents`` are ``(layer,
+    unit)`` pairs too, each layer cloning as many units as it gives."""
 
     kind: str
     scheduled: int
     receiver: int | None = None
     donors: list[tuple[int, int]] = field(default_factory=list)
-    parents: list[int] = field(default_factory=list)
+    parents: list = field(default_factory=list)
 
     @property
     def executed(self) -> int:
@@ -363,11 +373,35 @@ def prune_donors(model: nn.Module, kind: str, donors: list[tuple[int, int]], sta
         prune(model.blocks[layer], kind, [u for at, u in donors if at == layer], stats[layer], optimizer)
 
 
+def plan_within_layer(stats: list[LayerStatistics], counts: list[int], k: int, settings: BarterSettings,
+                      rng: np.random.Generator | None = None) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The within-layer control's donors and parents: the ``k`` units with the lowest pruning
+    scores in every layer (as :func:`select_donors`, no receiver left out), and in each donor's
+    layer as many parents, its units with the highest growth scores that are not donors.
+
+    A layer gives at most half its units, so that each of its clones has a parent of its own.
+    """
+    # select_donors lets a layer give all but one of ``counts``: n // 2 + 1 caps it at n // 2
+    halves = [n // 2 + 1 for n in counts]
+    donors = select_donors(stats, halves, -1, k, settings.protected_steps, rng if settings.random_donor else None)
+    parents = []
+    for layer in sorted({at for at, _ in donors}):
+        leaving = {u for at, u in donors if at == layer}
+        ranked = select_parents(stats[layer], counts[layer], settings.parent_score)
+        parents += [(layer, u) for u in [u for u in ranked if u not in leaving][:len(leaving)]]
+    return donors, parents
+
+
 def plan_transfer(model: nn.Module, kind: str, k: int, statistics: UnitStatistics, settings: BarterSettings,
                   rng: np.random.Generator | None = None) -> Transfer:
     """Steps 1-3: choose the receiver, up to ``k`` donors and as many parents; change nothing."""
     record = Transfer(kind=kind, scheduled=k)
     if k <= 0:
+        return record
+    if settings.scope == "within-layer":
+        stats = statistics.layers[kind]
+        record.donors, record.parents = plan_within_layer(
+            stats, [unit_count(b, kind) for b in model.blocks], k, settings, rng)
         return record
     stats = statistics.layers[kind]
     counts = [unit_count(b, kind) for b in model.blocks]
@@ -394,6 +428,14 @@ def apply_transfer(model: nn.Module, record: Transfer, statistics: UnitStatistic
     if not record.executed:
         return
     stats = statistics.layers[record.kind]
+    if record.receiver is None:         # within-layer: clones are appended, so the donors keep their places
+        for layer in sorted({at for at, _ in record.parents}):
+            clone(model.blocks[layer], record.kind, [u for at, u in record.parents if at == layer], stats[layer],
+                  optimizer, alpha=settings.split_alpha, symmetry_noise=settings.symmetry_noise,
+                  generator=generator, clone_moments=settings.clone_moments,
+                  warmup_steps=settings.clone_warmup_steps)
+        prune_donors(model, record.kind, record.donors, stats, optimizer)
+        return
     prune_donors(model, record.kind, record.donors, stats, optimizer)
     clone(model.blocks[record.receiver], record.kind, record.parents, stats[record.receiver], optimizer,
           alpha=settings.split_alpha, symmetry_noise=settings.symmetry_noise, generator=generator,
