@@ -101,7 +101,7 @@ def test_h1_trains_static_barter_and_its_within_layer_control_on_fresh_seeds():
     from barter_mini.book.room import H1_CONFIRM_SEEDS, H1_SEEDS, h1_stages
     setup = room_setup()
     moves = one_block_moves(even_allocation(setup))
-    test, confirmation = (stage.runs() for stage in h1_stages(setup))
+    test, fresh, confirmation = (stage.runs() for stage in h1_stages(setup))
     assert {(label_of(run, moves), run.seed) for run in test} == {
         (label, seed) for label in ("even", "barter", "barter within-layer") for seed in H1_SEEDS}
     assert {run.seed for run in confirmation} == set(H1_CONFIRM_SEEDS)
@@ -109,3 +109,7 @@ def test_h1_trains_static_barter_and_its_within_layer_control_on_fresh_seeds():
     assert not (set(H1_SEEDS) | set(H1_CONFIRM_SEEDS)) & used and not set(H1_SEEDS) & set(H1_CONFIRM_SEEDS)
     within = [run for run in test if run.overrides]
     assert len(within) == len(H1_SEEDS) and all(run.overrides == {"scope": "within-layer"} for run in within)
+    from barter_mini.training.optimization import resolve_recipe
+    assert resolve_recipe(within[0], "cct").barter.scope == "within-layer"
+    assert {(label_of(run, moves), run.seed) for run in fresh} == {
+        (label, seed) for label in ("piled last", "barter as derived") for seed in H1_SEEDS}

@@ -46,7 +46,7 @@ from ..training.run_config import RunConfig
 from ..training.sweep import Stage
 from .experiments import profile_run
 from .profiles import Profile, resolve_profile
-from .reallocation_study import final_allocation
+from .reallocation_study import VARIANTS, final_allocation
 from .recorded_grid import recorded_data_dir
 from .seed_noise import paired_summary
 
@@ -66,6 +66,8 @@ H1_SEEDS = tuple(range(10, 20))
 H1_CONFIRM_SEEDS = tuple(range(20, 25))
 #: BARTER's within-layer control: the same prune-and-clone, no unit leaves its layer
 WITHIN_LAYER = {"scope": "within-layer"}
+#: BARTER as the method chapter derives it (Taylor score, split moments): why it loses
+AS_DERIVED = VARIANTS["barter as derived"].overrides
 
 
 def room_setup() -> Profile:
@@ -127,7 +129,9 @@ def label_of(run: RunConfig, moves: dict[str, dict]) -> str:
     given allocation named by its move in ``moves`` (:func:`one_block_moves`: ``heads 0->2``)
     or ``barter's allocation``."""
     if run.method == "barter":
-        return "barter within-layer" if run.overrides.get("scope") == "within-layer" else "barter"
+        if run.overrides == WITHIN_LAYER:
+            return "barter within-layer"
+        return "barter as derived" if run.overrides == AS_DERIVED else "barter"
     if run.allocation is None:
         return "even" if run.start == "even" else f"piled {run.start}"
     for name, allocation in moves.items():
@@ -257,9 +261,19 @@ def h1_runs(setup: Profile, seeds) -> list[RunConfig]:
         replace(profile_run(setup, "barter", ROOM_DENSITY, seed), overrides=dict(WITHIN_LAYER)))]
 
 
+def fresh_seed_runs(setup: Profile, seeds=H1_SEEDS) -> list[RunConfig]:
+    """On H1's seeds, beside its runs: Static from the start the room's seeds found best
+    (piled last, so that the seeds that chose it do not measure it), and BARTER as derived
+    (:data:`AS_DERIVED`), paired with the default BARTER of the same seeds."""
+    return [run for seed in seeds for run in (
+        replace(profile_run(setup, "static", ROOM_DENSITY, seed), start="last"),
+        replace(profile_run(setup, "barter", ROOM_DENSITY, seed), overrides=dict(AS_DERIVED)))]
+
+
 def h1_stages(setup: Profile | None = None) -> list[Stage]:
     setup = setup or room_setup()
     return [Stage("H1: test", lambda: h1_runs(setup, H1_SEEDS)),
+            Stage("fresh seeds: piled last and barter as derived", lambda: fresh_seed_runs(setup)),
             Stage("H1: confirmation on fresh seeds", lambda: h1_runs(setup, H1_CONFIRM_SEEDS))]
 
 
