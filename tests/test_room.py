@@ -113,3 +113,27 @@ def test_h1_trains_static_barter_and_its_within_layer_control_on_fresh_seeds():
     assert resolve_recipe(within[0], "cct").barter.scope == "within-layer"
     assert {(label_of(run, moves), run.seed) for run in fresh} == {
         (label, seed) for label in ("piled last", "barter as derived") for seed in H1_SEEDS}
+
+
+def test_a_path_keeps_the_start_and_the_updates_that_moved_units():
+    from barter_mini.book.room import path_rows
+    idle = {"step": 160, "heads": [2, 4], "ffn": [4, 4],
+            "transfers": {"heads": {"receiver": None, "donors": [], "executed": 0, "parents": []}}}
+    metrics = {"allocation_history": [{"step": 0, "heads": [3, 3], "ffn": [4, 4]},
+                                      history_entry(40, [2, 4], 1, [[0, 1]]), idle]}
+    rows = path_rows(metrics)
+    assert [row["step"] for row in rows] == [0, 40]
+    assert rows[1]["heads"] == (2, 4) and rows[1]["receiver_heads"] == 1 and rows[1]["moved_heads"] == 1
+    assert rows[1]["receiver_ffn"] is None and rows[0]["moved_ffn"] == 0
+
+
+def test_the_recorded_path_starts_even_and_moves_what_the_room_records():
+    from barter_mini.book.recorded_grid import DATA_DIR
+    path = pd.read_csv(DATA_DIR / "room_path.csv")
+    room = pd.read_csv(DATA_DIR / "room.csv").query("label == 'barter'").set_index("seed")
+    assert sorted(path["seed"].unique()) == list(ROOM_SEEDS)
+    for seed, steps in path.groupby("seed"):
+        assert steps.iloc[0]["step"] == 0 and steps.iloc[0]["heads"] == "(3, 3, 3, 3)"
+        assert steps.iloc[-1]["heads"] == room.loc[seed, "heads"] and steps.iloc[-1]["ffn"] == room.loc[seed, "ffn"]
+        assert steps["moved_heads"].sum() == room.loc[seed, "moved_heads"]
+        assert steps["moved_ffn"].sum() == room.loc[seed, "moved_ffn"]

@@ -216,6 +216,24 @@ def update_diagnostics(metrics: dict) -> dict:
     return row
 
 
+def path_rows(metrics: dict) -> list[dict]:
+    """A run's path: its heads and FFN channels per layer at the start and after every update
+    that moved units, with each kind's receiver and units moved there (None and 0 where that
+    kind moved nothing)."""
+    rows = []
+    for entry in metrics.get("allocation_history") or []:
+        transfers = entry.get("transfers", {})
+        if entry["step"] and not any(t["executed"] for t in transfers.values()):
+            continue
+        row = {"step": entry["step"], "heads": tuple(entry["heads"]), "ffn": tuple(entry["ffn"])}
+        for kind in ("heads", "ffn"):
+            moved = transfers.get(kind, {}).get("executed", 0)
+            row[f"receiver_{kind}"] = transfers[kind]["receiver"] if moved else None
+            row[f"moved_{kind}"] = moved
+        rows.append(row)
+    return rows
+
+
 def paired_gaps(frame: pd.DataFrame, reference: str = "even") -> pd.DataFrame:
     """Per label: ``label - reference`` on each seed both have, on validation and test Top-1,
     mean, SE = sd / sqrt(n) and n; sorted by the validation gap, best first."""
@@ -284,14 +302,18 @@ H1_COMMAND = "nice python -m barter_mini.book.room --h1 --jobs 2"
 
 def record(commit: str, path=None, h1: bool = False) -> Path:
     """Every room run's row (:func:`runs_frame`, with ``stage``), ``commit`` and :data:`COMMAND`,
-    written atomically to ``data/room.csv`` (H1's stages: ``data/room_h1.csv``): the stages in
-    the cache, up to the first that is not (its name printed), so that a sweep still running
-    can be recorded as far as it got."""
+    written atomically to ``data/room.csv`` (H1's stages: ``data/room_h1.csv``), and every
+    BARTER run's path (:func:`path_rows`) to ``data/room_path.csv`` (``room_h1_path.csv``): the
+    stages in the cache, up to the first that is not (its name printed), so that a sweep still
+    running can be recorded as far as it got."""
     setup = room_setup()
-    frames = []
+    frames, paths = [], []
+    moves = one_block_moves(even_allocation(setup))
     for stage in (h1_stages if h1 else room_stages)(setup):
         try:
             frames.append(runs_frame(stage.runs(), setup).assign(stage=stage.name))
+            paths += [{"label": label_of(run, moves), "seed": run.seed, **row} for run in stage.runs()
+                      if run.method == "barter" for row in path_rows(cached_train(run, train_missing=False))]
         except BarterError as missing:
             print(f"recorded up to {stage.name!r}, which is not all in the run cache yet ({missing})")
             break
@@ -299,6 +321,10 @@ def record(commit: str, path=None, h1: bool = False) -> Path:
     for kind in ("heads", "ffn"):
         frame[kind] = frame[kind].map(tuple)
     path = Path(path or recorded_data_dir() / ("room_h1.csv" if h1 else "room.csv"))
+    if paths:
+        path_frame = pd.DataFrame(paths).astype({"receiver_heads": "Int64", "receiver_ffn": "Int64"}).assign(commit=commit)
+        write_csv_atomically(path.with_name(path.stem + "_path.csv"), tuple(path_frame.columns),
+                             path_frame.to_dict("records"))
     return write_csv_atomically(path, tuple(frame.columns), frame.to_dict("records"))
 
 
