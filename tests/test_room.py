@@ -101,7 +101,7 @@ def test_h1_trains_static_barter_and_its_within_layer_control_on_fresh_seeds():
     from barter_mini.book.room import H1_CONFIRM_SEEDS, H1_SEEDS, h1_stages
     setup = room_setup()
     moves = one_block_moves(even_allocation(setup))
-    test, fresh, confirmation = (stage.runs() for stage in h1_stages(setup))
+    test, fresh, confirmation, derivation = (stage.runs() for stage in h1_stages(setup))
     assert {(label_of(run, moves), run.seed) for run in test} == {
         (label, seed) for label in ("even", "barter", "barter within-layer") for seed in H1_SEEDS}
     assert {run.seed for run in confirmation} == set(H1_CONFIRM_SEEDS)
@@ -113,6 +113,8 @@ def test_h1_trains_static_barter_and_its_within_layer_control_on_fresh_seeds():
     assert resolve_recipe(within[0], "cct").barter.scope == "within-layer"
     assert {(label_of(run, moves), run.seed) for run in fresh} == {
         (label, seed) for label in ("piled last", "barter as derived") for seed in H1_SEEDS}
+    assert {(label_of(run, moves), run.seed) for run in derivation} == {
+        (label, seed) for label in ("pruning by Taylor^2", "split clone moments") for seed in H1_SEEDS}
 
 
 def test_a_path_keeps_the_start_and_the_updates_that_moved_units():
@@ -137,3 +139,48 @@ def test_the_recorded_path_starts_even_and_moves_what_the_room_records():
         assert steps.iloc[-1]["heads"] == room.loc[seed, "heads"] and steps.iloc[-1]["ffn"] == room.loc[seed, "ffn"]
         assert steps["moved_heads"].sum() == room.loc[seed, "moved_heads"]
         assert steps["moved_ffn"].sum() == room.loc[seed, "moved_ffn"]
+
+
+def test_the_recorded_h1_runs_hold_whole_stages_on_their_own_seeds():
+    from barter_mini.book.recorded_grid import DATA_DIR
+    from barter_mini.book.room import H1_COMMAND, H1_CONFIRM_SEEDS, H1_SEEDS, h1_stages
+
+    recorded = pd.read_csv(DATA_DIR / "room_h1.csv", dtype={"commit": "string"})
+    names = [stage.name for stage in h1_stages()]
+    stages = list(dict.fromkeys(recorded["stage"]))
+    assert stages == names[:len(stages)] and len(stages) >= 3        # recorded stage by stage, in order
+    expected = {names[0]: (("even", "barter", "barter within-layer"), H1_SEEDS),
+                names[1]: (("piled last", "barter as derived"), H1_SEEDS),
+                names[2]: (("even", "barter", "barter within-layer"), H1_CONFIRM_SEEDS),
+                names[3]: (("pruning by Taylor^2", "split clone moments"), H1_SEEDS)}
+    for name, (labels, seeds) in expected.items():
+        if name not in stages:
+            continue
+        runs = recorded[recorded["stage"] == name]
+        assert runs.groupby("label")["seed"].apply(sorted).to_dict() == {label: list(seeds) for label in labels}
+    assert (recorded["command"] == H1_COMMAND).all() and recorded["commit"].str.fullmatch(r"[0-9a-f]{7,40}").all()
+    within = recorded[recorded["label"] == "barter within-layer"]
+    assert (within["heads"] == "(3, 3, 3, 3)").all() and (within["ffn"] == "(39, 39, 38, 38)").all()
+    assert (within["moved_heads"] > 0).all() and (within["displaced_heads"] == 0).all()
+    path = pd.read_csv(DATA_DIR / "room_h1_path.csv")
+    assert set(path["label"]) == set(recorded["label"]) - {"even", "piled last"}
+    barter = recorded[recorded["label"].str.startswith("barter") | recorded["label"].str.contains("clone|Taylor")]
+    assert barter[["twins_heads", "twins_ffn"]].notna().all().all()
+    assert path.loc[path["label"] == "barter within-layer", "receiver_heads"].isna().all()
+
+
+def test_a_clone_in_lockstep_with_its_parent_is_a_twin_and_independent_units_are_not():
+    import torch
+
+    from barter_mini.book.room import twins
+    from barter_mini.core.barter import clone
+    from barter_mini.core.unit_statistics import UnitStatistics
+
+    from helpers import TINY_CCT, tiny_model
+    torch.manual_seed(0)
+    model = tiny_model(TINY_CCT, heads=(2, 3, 1), ffn=(5, 8, 3))
+    assert twins(model, "heads") == 0 and twins(model, "ffn") == 0
+    statistics = UnitStatistics(model)
+    clone(model.blocks[1], "ffn", [0, 3], statistics.layers["ffn"][1], None, symmetry_noise=1e-3)
+    clone(model.blocks[0], "heads", [1], statistics.layers["heads"][0], None, symmetry_noise=0.0)
+    assert twins(model, "ffn") == 4 and twins(model, "heads") == 2

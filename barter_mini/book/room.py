@@ -32,16 +32,20 @@ clone in its donor's layer) on :data:`H1_SEEDS`, then on the fresh :data:`H1_CON
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from ..core.budgets import Allocation, compute_budget, initial_allocation
 from ..core.models import get_model_config
+from ..core.surgery import unit_count
 from ..errors import BarterError
-from ..training.cache import cached_train
-from ..training.checkpoints import write_csv_atomically
+from ..measure.reallocation import input_rows
+from ..training.cache import cached_train, run_dir
+from ..training.checkpoints import load_checkpoint, model_from_checkpoint, write_csv_atomically
 from ..training.run_config import RunConfig
 from ..training.sweep import Stage
 from .experiments import profile_run
@@ -66,8 +70,13 @@ H1_SEEDS = tuple(range(10, 20))
 H1_CONFIRM_SEEDS = tuple(range(20, 25))
 #: BARTER's within-layer control: the same prune-and-clone, no unit leaves its layer
 WITHIN_LAYER = {"scope": "within-layer"}
-#: BARTER as the method chapter derives it (Taylor score, split moments): why it loses
+#: BARTER as the method chapter derives it (Taylor score, split moments), and each of its two
+#: changes alone: why it loses (the names of reallocation_study.VARIANTS)
+DERIVATION_VARIANTS = ("barter as derived", "pruning by Taylor^2", "split clone moments")
 AS_DERIVED = VARIANTS["barter as derived"].overrides
+#: a unit whose input weights lie within this distance of another unit's of its layer,
+#: relative to its own norm, is a twin: a clone that never became a unit of its own
+TWIN_DISTANCE = 0.02
 
 
 def room_setup() -> Profile:
@@ -125,13 +134,14 @@ def search_runs(setup: Profile, seeds=SEARCH_SEEDS, density: float = ROOM_DENSIT
 
 def label_of(run: RunConfig, moves: dict[str, dict]) -> str:
     """What a room run trains: ``even``, ``piled first``, ``piled last``, ``barter`` (``barter
-    within-layer``: H1's control), or a
+    within-layer``: H1's control; or a name of :data:`DERIVATION_VARIANTS`), or a
     given allocation named by its move in ``moves`` (:func:`one_block_moves`: ``heads 0->2``)
     or ``barter's allocation``."""
     if run.method == "barter":
         if run.overrides == WITHIN_LAYER:
             return "barter within-layer"
-        return "barter as derived" if run.overrides == AS_DERIVED else "barter"
+        named = [name for name in DERIVATION_VARIANTS if VARIANTS[name].overrides == run.overrides]
+        return named[0] if named else "barter"
     if run.allocation is None:
         return "even" if run.start == "even" else f"piled {run.start}"
     for name, allocation in moves.items():
@@ -140,16 +150,18 @@ def label_of(run: RunConfig, moves: dict[str, dict]) -> str:
     return "barter's allocation"
 
 
-def runs_frame(runs: list[RunConfig], setup: Profile) -> pd.DataFrame:
+def runs_frame(runs: list[RunConfig], setup: Profile, twins_too: bool = False) -> pd.DataFrame:
     """One row per run, read from the cache (never trained): label, seed, validation and test
-    Top-1 (%), and the heads and FFN channels per layer it ended with."""
+    Top-1 (%), and the heads and FFN channels per layer it ended with; for BARTER, what its
+    updates did (:func:`update_diagnostics`) and, with ``twins_too``, its :func:`final_twins`."""
     moves = one_block_moves(even_allocation(setup))
     rows = []
     for run in runs:
         metrics = cached_train(run, train_missing=False)
         rows.append({"label": label_of(run, moves), "seed": run.seed, "val_acc": 100 * metrics["val_acc"],
                      "acc": 100 * metrics["test_acc"], **final_allocation(metrics),
-                     **(update_diagnostics(metrics) if run.method == "barter" else {})})
+                     **({**update_diagnostics(metrics), **(final_twins(run) if twins_too else {})}
+                        if run.method == "barter" else {})})
     return pd.DataFrame(rows)
 
 
@@ -194,6 +206,25 @@ def unit_fates(history: list[dict], kind: str) -> list[dict]:
             raise BarterError(f"the {kind} of step {step} do not follow from its transfers: "
                               f"{[len(u) for u in layers]} followed, {entry[kind]} recorded")
     return [{"born": step, "pruned": pruned.get(unit)} for unit, step in born.items()]
+
+
+def twins(model, kind: str, distance: float = TWIN_DISTANCE) -> int:
+    """Units of ``kind`` whose input weights lie within ``distance`` of another unit of the same
+    layer, relative to their own norm (``min_j |w_i - w_j| / |w_i|``): a clone and its parent
+    that still move in lockstep count two; independent units are far apart (about sqrt(2))."""
+    count = 0
+    for block in model.blocks:
+        rows = input_rows(block, kind, list(range(unit_count(block, kind))))
+        apart = torch.cdist(rows, rows) / rows.norm(dim=1, keepdim=True)
+        apart.fill_diagonal_(math.inf)
+        count += int((apart.min(dim=1).values < distance).sum())
+    return count
+
+
+def final_twins(run: RunConfig) -> dict:
+    """:func:`twins` of each kind in the model a cached run ended with (its ``last.pt``)."""
+    model = model_from_checkpoint(load_checkpoint(run_dir(run) / "last.pt"))
+    return {f"twins_{kind}": twins(model, kind) for kind in ("heads", "ffn")}
 
 
 def update_diagnostics(metrics: dict) -> dict:
@@ -279,6 +310,13 @@ def h1_runs(setup: Profile, seeds) -> list[RunConfig]:
         replace(profile_run(setup, "barter", ROOM_DENSITY, seed), overrides=dict(WITHIN_LAYER)))]
 
 
+def derivation_runs(setup: Profile, seeds=H1_SEEDS) -> list[RunConfig]:
+    """BARTER with each change of :data:`DERIVATION_VARIANTS` alone but as derived (its own
+    stage, :func:`fresh_seed_runs` trains as derived), on H1's seeds."""
+    return [replace(profile_run(setup, "barter", ROOM_DENSITY, seed), overrides=dict(VARIANTS[name].overrides))
+            for seed in seeds for name in DERIVATION_VARIANTS[1:]]
+
+
 def fresh_seed_runs(setup: Profile, seeds=H1_SEEDS) -> list[RunConfig]:
     """On H1's seeds, beside its runs: Static from the start the room's seeds found best
     (piled last, so that the seeds that chose it do not measure it), and BARTER as derived
@@ -292,7 +330,52 @@ def h1_stages(setup: Profile | None = None) -> list[Stage]:
     setup = setup or room_setup()
     return [Stage("H1: test", lambda: h1_runs(setup, H1_SEEDS)),
             Stage("fresh seeds: piled last and barter as derived", lambda: fresh_seed_runs(setup)),
-            Stage("H1: confirmation on fresh seeds", lambda: h1_runs(setup, H1_CONFIRM_SEEDS))]
+            Stage("H1: confirmation on fresh seeds", lambda: h1_runs(setup, H1_CONFIRM_SEEDS)),
+            Stage("the derivation's two changes alone", lambda: derivation_runs(setup))]
+
+
+def derivation_summary(path=None) -> dict:
+    """What the method chapter says of BARTER as derived, from ``data/room_h1.csv`` on H1's
+    seeds: each derivation variant's paired validation gap to the package's BARTER and to
+    Static (mean, SE, n), and, per variant, the mean over the seeds of its final twins and net
+    displacement per kind and of the share of its heads updates whose receiver is the layer
+    of its first (from ``room_h1_path.csv``)."""
+    path = Path(path or recorded_data_dir() / "room_h1.csv")
+    runs = pd.read_csv(path)
+    runs = runs[runs["seed"].isin(H1_SEEDS)]
+    moves = pd.read_csv(path.with_name(path.stem + "_path.csv"))
+    summary = {}
+    for label in ("barter", *DERIVATION_VARIANTS):
+        own = runs[runs["label"] == label]
+        row = {f"{stat}_{kind}": float(own[f"{stat}_{kind}"].mean())
+               for stat in ("twins", "displaced") for kind in ("heads", "ffn")}
+        heads = moves[(moves["label"] == label) & (moves["moved_heads"] > 0)]
+        row["same_receiver"] = float(heads.groupby("seed")["receiver_heads"].apply(lambda r: (r == r.iloc[0]).mean()).mean())
+        for reference in ("barter", "even"):
+            if label != reference:
+                by_seed = runs.pivot_table(index="seed", columns="label", values="val_acc")
+                gap, _, se = paired_summary((by_seed[label] - by_seed[reference]).dropna())
+                row[f"gap_to_{reference}"], row[f"se_to_{reference}"] = gap, se
+        summary[label] = row
+    return summary
+
+
+def derivation_substitutions(path=None) -> dict[str, str]:
+    """:func:`derivation_summary` as the method chapter's ``{{ derivation_* }}`` substitutions."""
+    keys = {"barter": "default", "barter as derived": "derived", "pruning by Taylor^2": "taylor",
+            "split clone moments": "split"}
+    subs = {}
+    for label, row in derivation_summary(path).items():
+        name = keys[label]
+        subs[f"derivation_{name}_twins_heads"] = f"{row['twins_heads']:.1f}"
+        subs[f"derivation_{name}_twins_ffn"] = f"{row['twins_ffn']:.1f}"
+        subs[f"derivation_{name}_displaced_heads"] = f"{row['displaced_heads']:.1f}"
+        subs[f"derivation_{name}_displaced_ffn"] = f"{row['displaced_ffn']:.1f}"
+        subs[f"derivation_{name}_same_receiver"] = f"{row['same_receiver']:.0%}"
+        for reference in ("barter", "even"):
+            if f"gap_to_{reference}" in row:
+                subs[f"derivation_{name}_minus_{reference}"] = f"{row[f'gap_to_{reference}']:+.2f} ± {row[f'se_to_{reference}']:.2f}"
+    return subs
 
 
 #: the command that trains every run of the room
@@ -311,7 +394,7 @@ def record(commit: str, path=None, h1: bool = False) -> Path:
     moves = one_block_moves(even_allocation(setup))
     for stage in (h1_stages if h1 else room_stages)(setup):
         try:
-            frames.append(runs_frame(stage.runs(), setup).assign(stage=stage.name))
+            frames.append(runs_frame(stage.runs(), setup, twins_too=h1).assign(stage=stage.name))
             paths += [{"label": label_of(run, moves), "seed": run.seed, **row} for run in stage.runs()
                       if run.method == "barter" for row in path_rows(cached_train(run, train_missing=False))]
         except BarterError as missing:
