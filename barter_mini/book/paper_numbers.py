@@ -23,6 +23,7 @@ from ..training.recipes import RECIPES
 from .claims import claim
 from .default_choices import defaults_substitutions
 from .experiments import paper_from_scratch, read_paper_table
+from .room import derivation_substitutions
 from .tables import listed
 
 #: CIFAR-100's official training images, of which ``load_dataset`` holds ``val_fraction`` out
@@ -328,8 +329,9 @@ def paper_substitutions() -> dict[str, str]:
 
 def recorded_substitutions() -> dict[str, str]:
     """What the pages state from the book's recorded measurements (``data/*.csv``, not the
-    paper's): the decision behind BARTER's defaults (:mod:`~barter_mini.book.default_choices`)."""
-    return defaults_substitutions()
+    paper's): the decision behind BARTER's defaults (:mod:`~barter_mini.book.default_choices`)
+    and why BARTER as derived loses (:mod:`~barter_mini.book.room`)."""
+    return {**defaults_substitutions(), **derivation_substitutions()}
 
 
 def book_substitutions() -> dict[str, str]:

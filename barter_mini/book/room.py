@@ -51,6 +51,7 @@ from ..training.sweep import Stage
 from .experiments import profile_run
 from .profiles import Profile, resolve_profile
 from .reallocation_study import VARIANTS, final_allocation
+from .claims import claim
 from .recorded_grid import recorded_data_dir
 from .seed_noise import paired_summary
 
@@ -364,18 +365,43 @@ def derivation_substitutions(path=None) -> dict[str, str]:
     """:func:`derivation_summary` as the method chapter's ``{{ derivation_* }}`` substitutions."""
     keys = {"barter": "default", "barter as derived": "derived", "pruning by Taylor^2": "taylor",
             "split clone moments": "split"}
-    subs = {}
+    units = lambda mean: f"{mean:.0f}" if mean == round(mean) else f"{mean:.1f}"
+    even = even_allocation(room_setup())
+    subs = {"derivation_heads_budget": str(sum(even.heads)), "derivation_ffn_budget": str(sum(even.ffn))}
     for label, row in derivation_summary(path).items():
         name = keys[label]
-        subs[f"derivation_{name}_twins_heads"] = f"{row['twins_heads']:.1f}"
-        subs[f"derivation_{name}_twins_ffn"] = f"{row['twins_ffn']:.1f}"
-        subs[f"derivation_{name}_displaced_heads"] = f"{row['displaced_heads']:.1f}"
-        subs[f"derivation_{name}_displaced_ffn"] = f"{row['displaced_ffn']:.1f}"
+        for stat in ("twins", "displaced"):
+            for kind in ("heads", "ffn"):
+                subs[f"derivation_{name}_{stat}_{kind}"] = units(row[f"{stat}_{kind}"])
         subs[f"derivation_{name}_same_receiver"] = f"{row['same_receiver']:.0%}"
         for reference in ("barter", "even"):
             if f"gap_to_{reference}" in row:
                 subs[f"derivation_{name}_minus_{reference}"] = f"{row[f'gap_to_{reference}']:+.2f} ± {row[f'se_to_{reference}']:.2f}"
+    check_method_page_claims(derivation_summary(path))
     return subs
+
+
+def check_method_page_claims(summary: dict) -> None:
+    """What the method chapter's paragraph on why the derivation loses says of
+    :func:`derivation_summary`, checked (:func:`~barter_mini.book.claims.claim`)."""
+    default, derived = summary["barter"], summary["barter as derived"]
+    taylor, split = summary["pruning by Taylor^2"], summary["split clone moments"]
+    for reference in ("even", "barter"):
+        claim(f"BARTER as derived is behind {reference} beyond twice its SE on fresh seeds",
+              derived[f"gap_to_{reference}"] < -2 * derived[f"se_to_{reference}"],
+              gap=derived[f"gap_to_{reference}"], se=derived[f"se_to_{reference}"])
+    claim("as derived has twins of both kinds, the package's BARTER and the Taylor score alone none",
+          derived["twins_heads"] > 0 and derived["twins_ffn"] > 0
+          and default["twins_heads"] == default["twins_ffn"] == taylor["twins_heads"] == 0)
+    claim("with the Taylor score every head update goes to one receiver; with magnitude fewer than half do",
+          derived["same_receiver"] == taylor["same_receiver"] == 1.0 and default["same_receiver"] < 0.5
+          and split["same_receiver"] < 0.5, default=default["same_receiver"], split=split["same_receiver"])
+    claim("as derived keeps all its moved heads moved, the package's BARTER about one",
+          derived["displaced_heads"] == 4 and default["displaced_heads"] < 1.5, default=default["displaced_heads"])
+    claim("split moments alone make twins of both kinds", split["twins_heads"] > 0 and split["twins_ffn"] > 0)
+    for name, row in (("the Taylor score alone", taylor), ("split moments alone", split)):
+        claim(f"{name} is level with Static", abs(row["gap_to_even"]) <= 2 * row["se_to_even"],
+              gap=row["gap_to_even"], se=row["se_to_even"])
 
 
 #: the command that trains every run of the room
