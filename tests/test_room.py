@@ -184,3 +184,15 @@ def test_a_clone_in_lockstep_with_its_parent_is_a_twin_and_independent_units_are
     clone(model.blocks[1], "ffn", [0, 3], statistics.layers["ffn"][1], None, symmetry_noise=1e-3)
     clone(model.blocks[0], "heads", [1], statistics.layers["heads"][0], None, symmetry_noise=0.0)
     assert twins(model, "ffn") == 4 and twins(model, "heads") == 2
+
+
+def test_the_method_chapter_states_only_what_the_derivation_runs_give():
+    import re
+    from pathlib import Path
+
+    from barter_mini.book.room import derivation_substitutions
+    subs = derivation_substitutions()           # checks the chapter's claims on data/room_h1.csv
+    method = (Path(__file__).resolve().parents[1] / "book" / "method.md").read_text()
+    used = set(re.findall(r"\{\{ (derivation_\w+) \}\}", method))
+    assert used and used <= set(subs), used - set(subs)
+    assert subs["derivation_derived_same_receiver"] == "100%"

@@ -349,7 +349,8 @@ def derivation_summary(path=None) -> dict:
     for label in ("barter", *DERIVATION_VARIANTS):
         own = runs[runs["label"] == label]
         row = {f"{stat}_{kind}": float(own[f"{stat}_{kind}"].mean())
-               for stat in ("twins", "displaced") for kind in ("heads", "ffn")}
+               for stat in ("twins", "displaced", "repruned") for kind in ("heads", "ffn")}
+        row["loss_jump"] = float(own["loss_jump"].mean())
         heads = moves[(moves["label"] == label) & (moves["moved_heads"] > 0)]
         row["same_receiver"] = float(heads.groupby("seed")["receiver_heads"].apply(lambda r: (r == r.iloc[0]).mean()).mean())
         for reference in ("barter", "even"):
@@ -374,6 +375,8 @@ def derivation_substitutions(path=None) -> dict[str, str]:
             for kind in ("heads", "ffn"):
                 subs[f"derivation_{name}_{stat}_{kind}"] = units(row[f"{stat}_{kind}"])
         subs[f"derivation_{name}_same_receiver"] = f"{row['same_receiver']:.0%}"
+        subs[f"derivation_{name}_repruned_ffn"] = f"{row['repruned_ffn']:.0%}"
+        subs[f"derivation_{name}_loss_jump"] = f"{row['loss_jump']:+.3f}"
         for reference in ("barter", "even"):
             if f"gap_to_{reference}" in row:
                 subs[f"derivation_{name}_minus_{reference}"] = f"{row[f'gap_to_{reference}']:+.2f} ± {row[f'se_to_{reference}']:.2f}"
@@ -399,6 +402,10 @@ def check_method_page_claims(summary: dict) -> None:
     claim("as derived keeps all its moved heads moved, the package's BARTER about one",
           derived["displaced_heads"] == 4 and default["displaced_heads"] < 1.5, default=default["displaced_heads"])
     claim("split moments alone make twins of both kinds", split["twins_heads"] > 0 and split["twins_ffn"] > 0)
+    claim("later updates prune far more of split moments' FFN clones than of the as-derived ones",
+          split["repruned_ffn"] > 3 * derived["repruned_ffn"], split=split["repruned_ffn"], derived=derived["repruned_ffn"])
+    claim("an update costs as derived no more loss than the package's BARTER (within 0.005)",
+          abs(derived["loss_jump"] - default["loss_jump"]) < 0.005, derived=derived["loss_jump"], default=default["loss_jump"])
     for name, row in (("the Taylor score alone", taylor), ("split moments alone", split)):
         claim(f"{name} is level with Static", abs(row["gap_to_even"]) <= 2 * row["se_to_even"],
               gap=row["gap_to_even"], se=row["se_to_even"])
