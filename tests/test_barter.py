@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -69,7 +70,6 @@ def test_parents_are_the_highest_growth_scores():
 
 
 def test_random_variants_use_the_generator():
-    import numpy as np
     stats = [layer([1.0]), layer([5.0]), layer([2.0])]
     picks = {select_receiver(stats, [1, 1, 1], 4, np.random.default_rng(s)) for s in range(20)}
     assert picks == {0, 1, 2}
@@ -110,6 +110,17 @@ update = st.fixed_dictionaries({
 })
 
 
+def randomize_statistics(statistics, seed):
+    """Random scores and ages (0-5 steps) for every unit; returns the generator it drew them from."""
+    g = torch.Generator().manual_seed(seed)
+    for layer_stats in (*statistics.layers["heads"], *statistics.layers["ffn"]):
+        n = layer_stats.age.numel()
+        layer_stats.pruning_ema = torch.rand(n, generator=g)
+        layer_stats.growth_ema = torch.rand(n, generator=g)
+        layer_stats.age = torch.randint(0, 6, (n,), generator=g)
+    return g
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(update, min_size=50, max_size=50))
 def test_budgets_and_bounds_hold_after_random_updates(updates):
@@ -120,19 +131,13 @@ def test_budgets_and_bounds_hold_after_random_updates(updates):
     train_step(model, optimizer, *batch(TINY_CCT))
     budget = (6, 16)
     for u in updates:
-        g = torch.Generator().manual_seed(u["seed"])
-        for layer_stats in (*statistics.layers["heads"], *statistics.layers["ffn"]):
-            n = layer_stats.age.numel()
-            layer_stats.pruning_ema = torch.rand(n, generator=g)
-            layer_stats.growth_ema = torch.rand(n, generator=g)
-            layer_stats.age = torch.randint(0, 6, (n,), generator=g)
+        g = randomize_statistics(statistics, u["seed"])
         young = {kind: [(l, u_) for l, s in enumerate(statistics.layers[kind])
                         for u_ in range(s.age.numel()) if s.age[u_] < u["min_age"]]
                  for kind in ("heads", "ffn")}
         settings_ = BarterSettings(min_age=u["min_age"], random_receiver=u["random_receiver"],
                                    random_donor=u["random_donor"], clone_moments=u["clone_moments"],
                                    receiver_rule=u["receiver_rule"], parent_score=u["parent_score"])
-        import numpy as np
         records = topology_update(model, {"heads": u["k_heads"], "ffn": u["k_ffn"]}, statistics,
                                   optimizer, settings_, np.random.default_rng(u["seed"]), g)
         allocation = model.allocation()
@@ -157,19 +162,13 @@ def test_budgets_and_bounds_hold_after_random_updates(updates):
 def test_within_layer_updates_replace_units_in_their_own_layer(updates):
     """The control of H1 (data/README.md): the same pruning and cloning, no unit changes layer;
     each clone's parent is a unit of the donor's layer that is not itself pruned."""
-    import numpy as np
     model = tiny_model(TINY_CCT, heads=(2, 3, 1), ffn=(5, 8, 3))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     statistics = UnitStatistics(model)
     train_step(model, optimizer, *batch(TINY_CCT))
     before = model.allocation()
     for u in updates:
-        g = torch.Generator().manual_seed(u["seed"])
-        for layer_stats in (*statistics.layers["heads"], *statistics.layers["ffn"]):
-            n = layer_stats.age.numel()
-            layer_stats.pruning_ema = torch.rand(n, generator=g)
-            layer_stats.growth_ema = torch.rand(n, generator=g)
-            layer_stats.age = torch.randint(0, 6, (n,), generator=g)
+        g = randomize_statistics(statistics, u["seed"])
         settings_ = BarterSettings(min_age=u["min_age"], clone_moments=u["clone_moments"], scope="within-layer",
                                    parent_score=u["parent_score"], random_donor=u["random_donor"])
         records = topology_update(model, {"heads": u["k_heads"], "ffn": u["k_ffn"]}, statistics,
