@@ -66,14 +66,16 @@ SEARCH_SEEDS = (100, 101)
 STARTS = ("even", "first", "last")
 #: the FFN channels one search move carries between two layers (heads move one at a time)
 FFN_BLOCK = 8
-#: H1's test and its confirmation: seeds no earlier stage used
+#: H1's test: seeds no earlier stage used
 H1_SEEDS = tuple(range(10, 20))
+#: H1's confirmation: seeds its test did not use
 H1_CONFIRM_SEEDS = tuple(range(20, 25))
 #: BARTER's within-layer control: the same prune-and-clone, no unit leaves its layer
 WITHIN_LAYER = {"scope": "within-layer"}
 #: BARTER as the method chapter derives it (Taylor score, split moments), and each of its two
 #: changes alone: why it loses (the names of reallocation_study.VARIANTS)
 DERIVATION_VARIANTS = ("barter as derived", "pruning by Taylor^2", "split clone moments")
+#: the settings BARTER as derived changes: the Taylor score and split moments
 AS_DERIVED = VARIANTS["barter as derived"].overrides
 #: a unit whose input weights lie within this distance of another unit's of its layer,
 #: relative to its own norm, is a twin: a clone that never became a unit of its own
@@ -413,6 +415,7 @@ def check_method_page_claims(summary: dict) -> None:
 
 #: the command that trains every run of the room
 COMMAND = "nice python -m barter_mini.book.room --jobs 2"
+#: the command that trains every run of H1 (data/room_h1.csv)
 H1_COMMAND = "nice python -m barter_mini.book.room --h1 --jobs 2"
 
 
