@@ -398,13 +398,11 @@ def plan_transfer(model: nn.Module, kind: str, k: int, statistics: UnitStatistic
     record = Transfer(kind=kind, scheduled=k)
     if k <= 0:
         return record
-    if settings.scope == "within-layer":
-        stats = statistics.layers[kind]
-        record.donors, record.parents = plan_within_layer(
-            stats, [unit_count(b, kind) for b in model.blocks], k, settings, rng)
-        return record
     stats = statistics.layers[kind]
     counts = [unit_count(b, kind) for b in model.blocks]
+    if settings.scope == "within-layer":
+        record.donors, record.parents = plan_within_layer(stats, counts, k, settings, rng)
+        return record
     full = unit_kind(kind).full_width(model.config)
     receiver = select_receiver(stats, counts, full, rng if settings.random_receiver else None,
                                settings.receiver_rule)
@@ -428,18 +426,19 @@ def apply_transfer(model: nn.Module, record: Transfer, statistics: UnitStatistic
     if not record.executed:
         return
     stats = statistics.layers[record.kind]
+
+    def clone_in(layer: int, parents: list[int]) -> None:
+        clone(model.blocks[layer], record.kind, parents, stats[layer], optimizer,
+              alpha=settings.split_alpha, symmetry_noise=settings.symmetry_noise, generator=generator,
+              clone_moments=settings.clone_moments, warmup_steps=settings.clone_warmup_steps)
+
     if record.receiver is None:         # within-layer: clones are appended, so the donors keep their places
         for layer in sorted({at for at, _ in record.parents}):
-            clone(model.blocks[layer], record.kind, [u for at, u in record.parents if at == layer], stats[layer],
-                  optimizer, alpha=settings.split_alpha, symmetry_noise=settings.symmetry_noise,
-                  generator=generator, clone_moments=settings.clone_moments,
-                  warmup_steps=settings.clone_warmup_steps)
+            clone_in(layer, [u for at, u in record.parents if at == layer])
         prune_donors(model, record.kind, record.donors, stats, optimizer)
         return
     prune_donors(model, record.kind, record.donors, stats, optimizer)
-    clone(model.blocks[record.receiver], record.kind, record.parents, stats[record.receiver], optimizer,
-          alpha=settings.split_alpha, symmetry_noise=settings.symmetry_noise, generator=generator,
-          clone_moments=settings.clone_moments, warmup_steps=settings.clone_warmup_steps)
+    clone_in(record.receiver, record.parents)
 
 
 def transfer_units(model: nn.Module, kind: str, k: int, statistics: UnitStatistics,
