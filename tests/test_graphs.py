@@ -54,6 +54,7 @@ class HostBackend:
     def __init__(self, t):
         self.t = t
         self.captures = 0
+        self.releases = 0
 
     def graph(self):
         return {}
@@ -90,6 +91,10 @@ class HostBackend:
         for group, value in zip(self.t.optimizer.param_groups, floats):
             group["lr"] = value
 
+    def release(self, graph):
+        self.releases += 1
+        graph.clear()                         # a replay of a released graph fails
+
     def side_stream(self, body):
         return body()
 
@@ -100,14 +105,14 @@ class HostBackend:
         return 0
 
 
-def train_side_by_side(run: RunConfig):
+def train_side_by_side(run: RunConfig, backend_type=HostBackend):
     """``run`` trained twice over its epochs, eagerly and through GraphedStep on the host
     stand-in, with the real LR schedule (as float32 tensors, as a recorded step reads it) and
     each epoch's last smaller batch; every step's loss and whether it changed the model must
     agree. Returns both trainings, the graphed step, its backend, the steps and the eager
     outcomes that changed the model."""
     eager, graphed_run = build_training(run), build_training(run)
-    backend = HostBackend(graphed_run)
+    backend = backend_type(graphed_run)
     graphed = GraphedStep(graphed_run.model, graphed_run.optimizer, graphed_run.parts.criterion, graphed_run.controller,
                           Execution(), backend)
     step, changes = 0, []
@@ -144,6 +149,51 @@ def test_graphed_steps_equal_eager_steps_across_topology_updates():
     assert graphed.replays + graphed.eager_steps == step
     # no graph outlives an update: each is followed by an eager warm-up step before recording
     assert graphed.eager_steps >= len(changing) + graphed.captures
+
+
+class OneGraphAtATime(HostBackend):
+    """Refuses a recording while an earlier graph is still alive (not released), and fails
+    the recordings numbered in ``failing`` (counting from 1) as a CUDA capture can."""
+
+    failing = (2,)
+
+    def __init__(self, t):
+        super().__init__(t)
+        self.alive, self.tries = 0, 0
+
+    def graph(self):
+        assert self.alive == 0, "a new recording began while an older graph was alive"
+        self.alive += 1
+        return {}
+
+    def capture(self, graph, body):
+        self.tries += 1
+        super().capture(graph, body)          # the step's Python side ran, its kernels were undone
+        if self.tries in self.failing:
+            self.captures -= 1
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nCUDA kernel "
+                               "errors might be asynchronously reported")
+
+    def release(self, graph):
+        self.alive -= 1
+        super().release(graph)
+
+
+def test_a_failed_recording_runs_those_steps_eagerly_and_records_again_after_the_next_update(capsys):
+    """The second recording fails: its graph is released, one warning line is printed, the
+    steps until the next update run eagerly (still bit for bit the eager run's), and the
+    recording after that update succeeds; every recording began with no older graph alive,
+    and the metrics count the fallback."""
+    run = RunConfig(method="barter", dataset="digits", recipe="smoke", epochs=3, density=0.5, seed=3, delta_t=4,
+                    progress=False)
+    eager, _, graphed, backend, step, changes = train_side_by_side(run, OneGraphAtATime)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: recording the CUDA graph failed (RuntimeError: CUDA error: operation not "
+                        "permitted when stream is capturing); these steps run eagerly until the next update"]
+    assert backend.tries == graphed.captures + 1 and graphed.captures >= 2 and graphed.replays > 0
+    assert graphed.metrics()["graph_fallbacks"] == 1
+    assert graphed.replays + graphed.eager_steps == step
+    assert backend.alive <= 1 and backend.releases >= backend.tries - 1
 
 
 def test_a_step_that_cannot_replay_runs_with_no_graph_alive(monkeypatch):

@@ -28,11 +28,22 @@ A step runs eagerly instead (:func:`~barter_mini.training.step.training_step`) w
 
 The capture itself executes nothing. The loss is checked after the replay, so under graphs
 a non-finite loss stops the run one optimizer step later than an eager run would.
+
+Re-recording. Each :class:`GraphedStep` has one stream of its own: its warm-up steps run on
+it and its recordings capture on it (``torch.cuda.graph(..., stream=...)``), so what CUDA's
+libraries allocate lazily per stream (cuBLAS's workspace on a stream's first matrix product)
+is made by the eager warm-up, outside any graph's memory. Before every recording the old
+graph is released with its outputs, and the new one records into a pool of its own: no
+recording depends on memory an earlier, released one made. A recording that fails releases
+what it made, puts the thread's stream back, prints one warning line, and the step runs
+eagerly until the tensors change (the next update), when recording is tried again; the run's
+metrics count recordings, replays, eager steps and such fallbacks.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -64,9 +75,10 @@ def check_graphs_possible(device: torch.device, method: str, distributed: bool =
 class CudaBackend:
     """What records and replays a graph: CUDA's own. A test may put a host-only stand-in here.
 
-    Every recording of a run shares one private memory pool (a new recording after an update
-    takes the place of the old one's memory rather than adding to it), and every warm-up step
-    runs on one side stream."""
+    One side stream per backend (each :class:`GraphedStep` builds its own): the warm-up steps
+    run on it and the recordings capture on it. Every recording gets a new private memory
+    pool; the old graph is released first (:meth:`release`), so its pool's memory returns to
+    the allocator rather than being added to."""
 
     pool: Any = None
     stream: Any = None
@@ -74,22 +86,36 @@ class CudaBackend:
     def graph(self):
         return torch.cuda.CUDAGraph()
 
+    def _stream(self):
+        if self.stream is None:
+            self.stream = torch.cuda.Stream()
+        return self.stream
+
     def capture(self, graph, body: Callable[[], Any]) -> Any:
-        if self.pool is None:
-            self.pool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph, pool=self.pool):
-            return body()
+        """``body`` recorded into ``graph`` on this backend's stream, in a new pool. The
+        thread's current stream is restored whether or not the recording succeeds
+        (``torch.cuda.graph`` leaves its capture stream current when ending the capture fails)."""
+        previous = torch.cuda.current_stream()
+        self.pool = torch.cuda.graph_pool_handle()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool, stream=self._stream()):
+                return body()
+        finally:
+            torch.cuda.set_stream(previous)
+
+    def release(self, graph) -> None:
+        """Free ``graph`` and its pool's claim now, not whenever Python collects it."""
+        graph.reset()
 
     def replay(self, graph) -> None:
         graph.replay()
 
     def side_stream(self, body: Callable[[], Any]) -> Any:
-        if self.stream is None:
-            self.stream = torch.cuda.Stream()
-        self.stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(self.stream):
+        stream = self._stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
             result = body()
-        torch.cuda.current_stream().wait_stream(self.stream)
+        torch.cuda.current_stream().wait_stream(stream)
         return result
 
     def synchronize(self) -> None:
@@ -125,9 +151,13 @@ class GraphedStep:
     #: steps replayed from a graph and steps run eagerly
     replays: int = 0
     eager_steps: int = 0
+    #: recordings that failed (each followed by eager steps until the tensors change)
+    fallbacks: int = 0
     _graph: Any = field(default=None, init=False, repr=False)
     #: the controller's tensors_version the graph was recorded at
     _version: int | None = field(default=None, init=False, repr=False)
+    #: the tensors_version a recording failed at: no new try until the tensors change
+    _failed_version: int | None = field(default=None, init=False, repr=False)
     _largest: torch.Size | None = field(default=None, init=False, repr=False)
     _static: dict = field(default_factory=dict, init=False, repr=False)
     _lr: list = field(default_factory=list, init=False, repr=False)
@@ -139,11 +169,14 @@ class GraphedStep:
         if not (self.controller is None or self.controller.graph_safe(step)):
             # the update after this step replaces what the graph addressed anyway: let its pool
             # go now rather than hold two steps' activations while this one runs eagerly
-            self._graph = None
+            self._release()
             return self._eager(x, y, step, check_loss)
         if self._graph is not None and x.shape != self._static["x"].shape:
             return self._eager(x, y, step, check_loss)      # an epoch's smaller last batch
         if self._graph is None or self._tensors_version() != self._version:
+            self._release()                      # recorded at other tensors: nothing to replay
+            if self._failed_version == self._tensors_version():
+                return self._eager(x, y, step, check_loss)
             outcome = self._eager(x, y, step, check_loss, warm_up=True)
             # record only where the recorded before_step is the next step's: not before an
             # update (it would read values on the host), not after one (the tensors changed)
@@ -175,12 +208,20 @@ class GraphedStep:
     def _after(self, outcome: StepOutcome, step: int, x: torch.Tensor) -> StepOutcome:
         """The controller's ``after_step``, outside any graph (it may change the tensors)."""
         if self.controller is not None and after_step(self.controller, step, outcome, x.device).changed is not None:
-            self._graph = None                   # the tensors the graph addressed are gone
+            self._release()                      # the tensors the graph addressed are gone
         return outcome
+
+    def _release(self) -> None:
+        """Let the graph and its outputs go (the outputs live in its pool)."""
+        if self._graph is not None:
+            self.backend.release(self._graph)
+            self._graph = None
+        self._static = {}
 
     def _record(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """Record one step on static input buffers, the learning rates as tensors."""
         started = time.perf_counter()
+        self._release()
         self.backend.synchronize()
         self._static = {"x": x.clone(), "y": y.clone()}
         self._lr = []
@@ -198,8 +239,21 @@ class GraphedStep:
                                     execution=self.execution, recording=True)
             self._static["logits"], self._static["loss"] = outcome.logits, outcome.loss
 
-        self.backend.capture(graph, body)
-        self.backend.synchronize()
+        try:
+            self.backend.capture(graph, body)
+            self.backend.synchronize()
+        except Exception as error:  # noqa: BLE001 -- any failed recording leaves the step eager, not the run stopped
+            self._static = {}
+            try:
+                self.backend.release(graph)
+            except Exception:  # noqa: BLE001 -- a graph whose capture never began has nothing to free
+                pass
+            self._failed_version = self._tensors_version()
+            self.fallbacks += 1
+            reason = (str(error).strip().splitlines() or [""])[0]
+            print(f"warning: recording the CUDA graph failed ({type(error).__name__}: {reason}); "
+                  "these steps run eagerly until the next update", file=sys.stderr, flush=True)
+            return
         self.memory_bytes = max(self.memory_bytes, self.backend.pool_bytes())
         self._graph = graph
         self._version = self._tensors_version()
@@ -216,4 +270,5 @@ class GraphedStep:
         """What metrics.json reports of the graphs."""
         return {"graph_captures": self.captures, "graph_capture_s": self.capture_seconds,
                 "graph_memory_mb": self.memory_bytes / 2**20,
-                "graph_replays": self.replays, "graph_eager_steps": self.eager_steps}
+                "graph_replays": self.replays, "graph_eager_steps": self.eager_steps,
+                "graph_fallbacks": self.fallbacks}
