@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 FASHION_DEBIAN := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install system-book system-test data test test-fast fuzz book lab gpu-bench clean
+.PHONY: install system-book system-test data test test-fast test-gpu fuzz book lab gpu-bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ test: system-test data
 # `make test` (and CI) runs everything.
 test-fast: system-test data
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+# The tests that need a CUDA GPU (marked `gpu`; `make test` skips them without one). On a GPU
+# machine without pip: PYTHONPATH=. python3 -m pytest -q -m gpu
+test-gpu: install
+	$(PY) -m pytest -q -m gpu $(PYTEST_ARGS)
 
 # The property tests (hypothesis, marked `property` by tests/conftest.py) with fresh examples
 # on every run, ten times as many: the developer's own search for new failures. `make test`
