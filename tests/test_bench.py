@@ -215,7 +215,7 @@ def test_the_bench_reports_what_recording_graphs_costs_over_a_schedule():
 
         def capture(self, graph, body):
             super().capture(graph, body)
-            self.pool = 2**20                     # one pool, shared by every recording
+            self.pool = 2**20                     # each recording's pool: the same size
 
         def pool_bytes(self):
             return self.pool
@@ -233,9 +233,40 @@ def test_the_bench_reports_what_recording_graphs_costs_over_a_schedule():
     assert cost["capture_ms"] == pytest.approx(1000 * statistics.median(updates["capture_s"]))
     assert cost["capture_s_per_schedule"] == pytest.approx(cost["capture_ms"] / 1000 * (1 + updates["updates_per_schedule"]))
     assert cost["graph_memory_mb"] == 1.0
+    assert cost["replayed"] and cost["graph_replays"] == setup.graphed.replays > 0
+    assert (cost["graph_captures"], cost["graph_fallbacks"]) == (3, 0)
     eager = build_training_step("cct-mini", "barter", 0.5, 4, 400, torch.device("cpu"))
     assert graph_cost(eager, update_cost(eager, 1, torch.device("cpu"))) == {
-        "capture_ms": 0.0, "capture_s_per_schedule": 0.0, "graph_memory_mb": 0.0}
+        "capture_ms": 0.0, "capture_s_per_schedule": 0.0, "graph_memory_mb": 0.0, "replayed": False}
+
+
+def test_a_graphs_row_that_never_replayed_says_so_and_its_peak_holds_the_graph_pool():
+    """A graphs case whose every recording failed timed eager steps: its row says
+    ``replayed`` False and counts the fallbacks. A replayed row's peak adds the pool's
+    reserved bytes that no live tensor holds (a replay's activations), not the whole pool."""
+    from test_graphs import HostBackend
+
+    from barter_mini.measure.bench import replay_columns, with_graph_pool
+
+    class Failing(HostBackend):
+        def capture(self, graph, body):
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+
+    setup = build_training_step("cct-mini", "static", 0.5, 4, 400, torch.device("cpu"))
+    setup.parts = replace(setup.parts, graphed=GraphedStep(setup.model, setup.optimizer, setup.parts.criterion,
+                                                           setup.controller, setup.execution, Failing(setup)))
+    for _ in range(4):
+        setup()
+    assert replay_columns(setup) == {"replayed": False, "graph_captures": 0, "graph_replays": 0,
+                                     "graph_eager_steps": 4, "graph_fallbacks": 1}
+
+    class Pool:
+        def pool_usage(self):
+            return 48 * 2**20, 16 * 2**20      # 48 MiB reserved, 16 held by the graph's outputs and gradients
+
+    memory = with_graph_pool({"peak_mem_mb": 100.0, "peak_source": "torch.cuda.max_memory_allocated"}, Pool())
+    assert memory["peak_mem_mb"] == 132.0 and memory["graph_pool_mb"] == 48.0
+    assert memory["peak_source"] == "torch.cuda.max_memory_allocated + the graph pool's reserve"
 
 
 def test_the_gpu_check_fits_its_budget_by_count():

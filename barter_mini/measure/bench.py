@@ -238,13 +238,39 @@ def graph_cost(setup: TrainingStep, updates: dict) -> dict:
     ``updates_per_schedule`` updates (21 / 61 / 103 / 147 for BARTER's CCT at rho 0.1 / 0.3 /
     0.5 / 0.7 in the paper), and the graph's own memory. Zero without graphs."""
     graphed = setup.graphed
+    replays = replay_columns(setup)
     if graphed is None or not graphed.captures:
-        return {"capture_ms": 0.0, "capture_s_per_schedule": 0.0, "graph_memory_mb": 0.0}
+        return {"capture_ms": 0.0, "capture_s_per_schedule": 0.0, "graph_memory_mb": 0.0, **replays}
     per_capture = (statistics.median(updates["capture_s"]) if updates["capture_s"]
                    else graphed.capture_seconds / graphed.captures)
     return {"capture_ms": 1000 * per_capture,
             "capture_s_per_schedule": per_capture * (1 + updates["updates_per_schedule"]),
-            "graph_memory_mb": graphed.memory_bytes / 2**20}
+            "graph_memory_mb": graphed.memory_bytes / 2**20, **replays}
+
+
+def replay_columns(setup: TrainingStep) -> dict:
+    """Whether a case's steps were replayed from graphs: its recordings, replays, eager steps
+    and failed recordings (:meth:`~barter_mini.training.graphs.GraphedStep.metrics`), and
+    ``replayed``, true where a graph was replayed at all. A graphs row that did not replay
+    timed eager steps, and says so."""
+    if setup.graphed is None:
+        return {"replayed": False}
+    metrics = setup.graphed.metrics()
+    return {"replayed": metrics["graph_replays"] > 0,
+            **{k: metrics[k] for k in ("graph_captures", "graph_replays", "graph_eager_steps", "graph_fallbacks")}}
+
+
+def with_graph_pool(memory: dict, backend) -> dict:
+    """A replayed step's peak with its graph's pool in it. A replay allocates nothing: the
+    recorded step's activations and temporaries sit in the graph's private pool, reserved
+    but not counted as allocated once the recording freed them, so
+    ``max_memory_allocated`` over a replay leaves them out. Their bytes (the pool's
+    reserved less its allocated) are added, so a graphs row's peak compares with an eager
+    row's (which counts its activations as allocated)."""
+    reserved, allocated = backend.pool_usage()
+    mb = 2**20
+    return {**memory, "peak_mem_mb": memory["peak_mem_mb"] + (reserved - allocated) / mb,
+            "graph_pool_mb": reserved / mb, "peak_source": memory["peak_source"] + " + the graph pool's reserve"}
 
 
 def compile_cost(first_step_s: float, step_s: float, updates: dict, total_steps: int) -> dict:
@@ -346,6 +372,8 @@ def bench(model: str = "cct-paper", methods=DEFAULT_METHODS, densities=DEFAULT_D
         elif device.type == "cuda":
             setup()                                # so that optimizer state exists during the peak
         memory = step_memory(setup, setup.model, setup.optimizer, setup.controller, device, before)
+        if setup.graphed is not None and device.type == "cuda":
+            memory = with_graph_pool(memory, setup.graphed.backend)
         rows[case] = {"model": model, "method": case[0], "density": case[1], "execution": case[2],
                       "batch": batch, "device": device.type, **compute_and_size(setup), **memory}
         if device.type != "cuda":

@@ -122,13 +122,20 @@ class CudaBackend:
         torch.cuda.synchronize()
 
     def pool_bytes(self) -> int:
-        """What the graphs' pool holds: the allocator's segments of that pool (the recorded
+        """What the graph's pool holds: the allocator's segments of that pool (the recorded
         step's activations, gradients and temporaries at fixed addresses). Reading the pool
         itself, not the allocator's reservation before and after a recording, which the
         recording's own emptying of the cache would hide."""
+        return self.pool_usage()[0]
+
+    def pool_usage(self) -> tuple[int, int]:
+        """The graph pool's bytes reserved and, of them, allocated to live tensors now (the
+        recording's outputs and gradients; the rest is what a replay writes and frees)."""
         pool = tuple(self.pool or ())
-        return sum(segment["total_size"] for segment in torch.cuda.memory_snapshot()
-                   if tuple(segment.get("segment_pool_id", ())) == pool)
+        segments = [segment for segment in torch.cuda.memory_snapshot()
+                    if tuple(segment.get("segment_pool_id", ())) == pool]
+        return (sum(segment["total_size"] for segment in segments),
+                sum(segment["allocated_size"] for segment in segments))
 
 
 @dataclass
