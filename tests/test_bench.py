@@ -281,11 +281,13 @@ def test_the_gpu_check_fits_its_budget_by_count():
     assert f"estimated {gpu_check.estimated_seconds(one_case) / 60:.1f} min" in gpu_check.check_plan(one_case)
 
 
-def test_the_gpu_check_writes_each_group_as_it_finishes_and_survives_a_failing_one(monkeypatch, tmp_path, capsys):
-    """On a machine without a GPU the measurement is replaced, nothing else: one group's
-    recording fails (measured again without graphs, marked), another fails entirely (one
-    row per case with its one-line error), and the rows of every group before are already
-    on disk when the next one starts."""
+def test_the_gpu_check_writes_each_group_as_it_finishes_and_loses_only_the_failing_methods_rows(
+        monkeypatch, tmp_path, capsys):
+    """On a machine without a GPU the measurement is replaced, nothing else: in one group
+    BARTER's recording fails (the group is measured method by method: RigL's rows keep their
+    graphs, BARTER's are measured again without graphs, both marked), another group fails
+    entirely (one row per case with its one-line error), and the rows of every group before
+    are already on disk when the next one starts."""
     import json
 
     from barter_mini.measure import gpu_check
@@ -296,7 +298,7 @@ def test_the_gpu_check_writes_each_group_as_it_finishes_and_survives_a_failing_o
 
     def measure(model, methods, densities, executions, **settings):
         seen_on_disk.append(len(json.loads(out.read_text())) if out.exists() else 0)
-        if densities == [0.5] and "bf16+graphs" in executions:
+        if densities == [0.5] and "barter" in methods and "bf16+graphs" in executions:
             raise RuntimeError("CUDA graph capture failed: operation not permitted when stream is capturing\nmore")
         if densities == [0.7]:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
@@ -304,20 +306,90 @@ def test_the_gpu_check_writes_each_group_as_it_finishes_and_survives_a_failing_o
                 for m, d, e in check_bench_arguments(model, methods, densities, 8, 1, executions)]
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    rows = gpu_check.run_gpu_check(progress=False, cases=cases, out=out, measure=measure)
+    rows = gpu_check.run_gpu_check(progress=False, cases=cases, out=out,
+                                   measure_one=lambda case, target: gpu_check.measure_model(case, target, measure))
     assert capsys.readouterr().out.startswith("paper-gpu: 3 groups, 21 cases, about 546 training steps")
     assert json.loads(out.read_text()) == rows
     first = [r for r in rows if r["density"] in (0.3, 1.0)]
-    assert len(first) == 3 * 3 and not any("fallback" in r or "error" in r for r in first)   # dense once, first
-    fallback = [r for r in rows if r["density"] == 0.5]
-    assert {r["execution"] for r in fallback} == {"eager", "bf16"} and len(fallback) == 4
-    assert all(r["fallback"] == "without graphs after RuntimeError: CUDA graph capture failed: operation not "
-               "permitted when stream is capturing" for r in fallback)
+    assert len(first) == 3 * 3 and not any("fallback" in r or "error" in r or "measured_alone" in r for r in first)
+    failed_together = "after RuntimeError: CUDA graph capture failed: operation not permitted when stream is capturing"
+    rigl = [r for r in rows if r["density"] == 0.5 and r["method"] == "rigl"]
+    assert [r["execution"] for r in rigl] == list(gpu_check.GPU_EXECUTIONS)
+    assert all(r["measured_alone"] == failed_together and "fallback" not in r for r in rigl)
+    barter = [r for r in rows if r["density"] == 0.5 and r["method"] == "barter"]
+    assert [r["execution"] for r in barter] == ["eager", "bf16"]
+    assert all(r["fallback"] == "without graphs " + failed_together for r in barter)
     failed = [r for r in rows if r["density"] == 0.7]
     assert len(failed) == 6 and all(r["error"] == "OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"
                                     for r in failed)
-    assert seen_on_disk == [0, 9, 9, 13, 13]      # each group's rows were on disk before the next began
+    assert seen_on_disk == [0, 9, 9, 9, 9] + [14] * 5   # each group's rows were on disk before the next began
     assert all(row["group_s"] >= 0 for row in rows)
+
+
+def test_a_model_whose_process_dies_keeps_what_it_wrote_and_the_next_model_is_measured(monkeypatch, tmp_path):
+    """One process per model: the first dies after writing one row (as a sticky CUDA error
+    ends a process), and every case it did not measure gets an error row naming its last
+    error line; the second model's process runs and its rows follow."""
+    import json
+    import sys
+
+    from barter_mini.measure import gpu_check
+
+    cases = (gpu_check.GpuCase("cct-mini", 8, ("rigl", "barter"), (0.5,)),
+             gpu_check.GpuCase("vit-mini", 8, ("barter",), (0.5,)))
+    script = """
+import json, sys
+from pathlib import Path
+case, out = json.loads(sys.argv[1]), Path(sys.argv[2])
+rows = json.loads(out.read_text()) if out.exists() else []
+new = [{"model": case["model"], "method": "barter", "density": 0.5, "execution": e, "step_ms": 1.0}
+       for e in ("eager", "bf16", "bf16+graphs")]
+if case["model"] == "cct-mini":
+    out.write_text(json.dumps(rows + new[:1]))
+    print("Traceback (most recent call last):", file=sys.stderr)
+    print("torch.AcceleratorError: CUDA error: an illegal memory access was encountered", file=sys.stderr)
+    print("Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.", file=sys.stderr)
+    sys.exit(1)
+out.write_text(json.dumps(rows + new))
+"""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    out = tmp_path / "gpu.json"
+    rows = gpu_check.run_gpu_check(progress=False, cases=cases, out=out, measure_one=lambda case, target: (
+        gpu_check.model_in_own_process(case, target, lambda c, o: [sys.executable, "-c", script,
+                                                                  json.dumps({"model": c.model}), str(o)])))
+    assert json.loads(out.read_text()) == rows
+    cct = [r for r in rows if r["model"] == "cct-mini"]
+    assert len(cct) == 6 and [r for r in cct if "error" not in r] == [
+        {"model": "cct-mini", "method": "barter", "density": 0.5, "execution": "eager", "step_ms": 1.0}]
+    assert {r["error"] for r in cct if "error" in r} == {
+        "the measuring process failed: torch.AcceleratorError: CUDA error: an illegal memory access was encountered"}
+    vit = [r for r in rows if r["model"] == "vit-mini"]
+    assert len(vit) == 3 and not any("error" in r for r in vit)
+
+
+def test_the_paper_gpu_report_reads_past_error_rows_and_the_command_exits_0(rows, monkeypatch, tmp_path, capsys):
+    """A complete check with failed cases: the report reads the measured rows (BARTER against
+    RigL), lists each failed case in one line, marks a graphs row that never replayed, and
+    ``bench --profile paper-gpu`` exits 0 having written every row."""
+    import json
+
+    from barter_mini import cli
+    from barter_mini.measure import gpu_check
+
+    checked = [dict(row, execution="bf16") for row in rows]
+    checked += [dict(row, execution="bf16+graphs", replayed=row["method"] != "rigl") for row in rows]
+    checked += [{"model": "cct-mini", "method": "barter", "density": 0.5, "execution": "bf16", "batch": 8,
+                 "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"}]
+    monkeypatch.setattr(gpu_check, "run_gpu_check", lambda *args, **kwargs: checked)
+    assert cli.main(["bench", "--profile", "paper-gpu", "--out", str(tmp_path / "gpu.json")]) == 0
+    report = capsys.readouterr().out
+    written = json.loads((tmp_path / "gpu.json").read_text())
+    assert [(r["method"], r["execution"], r.get("error")) for r in written] == [
+        (r["method"], r["execution"], r.get("error")) for r in checked]
+    assert "rho=0.3 (bf16): BARTER is" in report and "rho=0.3 (bf16+graphs): BARTER is" in report
+    assert report.count("(never replayed: eager steps)") == 1
+    assert report.splitlines()[-1] == ("not measured: barter rho=0.5 bf16: OutOfMemoryError: CUDA out of memory. "
+                                       "Tried to allocate 2 GiB")
 
 
 def test_the_gpu_check_runs_from_the_source_tree_with_the_machines_own_python(tmp_path):

@@ -108,7 +108,11 @@ def fixed_work(rows: list[dict], method: str = "barter", against: str = "rigl") 
 
 def format_report(rows: list[dict]) -> str:
     """Each execution's and density's figures per method, then BARTER against RigL beside
-    the FLOPs ideal, and each execution against eager."""
+    the FLOPs ideal, and each execution against eager. Rows of cases that could not be
+    measured (an ``error``) are listed at the end, not read; a graphs row that never
+    replayed (``replayed`` false: its recordings failed) is marked where its figures stand."""
+    failed = [r for r in rows if "error" in r or "step_ms" not in r]
+    rows = [r for r in rows if not ("error" in r or "step_ms" not in r)]
     lines = []
     header = (f"{'method':<16}{'density':>8}{'ms/step':>10}{'s/epoch':>10}{'peak MB':>10}"
               f"{'GFLOPs':>9}{'params':>11}{'update %':>10}")
@@ -120,7 +124,9 @@ def format_report(rows: list[dict]) -> str:
             for r in (r for r in chosen if r["density"] == density):
                 lines.append(f"{r['method']:<16}{r['density']:>8g}{r['step_ms']:>10.1f}{r['epoch_s']:>10.1f}"
                              f"{r['peak_mem_mb']:>10.1f}{r['train_gflops_per_image']:>9.3f}{r['params']:>11,}"
-                             f"{r['update_percent_of_training']:>10.4f}")
+                             f"{r['update_percent_of_training']:>10.4f}"
+                             + ("  (never replayed: eager steps)" if r.get("replayed") is False
+                                and "graphs" in _execution(r) else ""))
             lines.append("")
     def case(record: dict) -> str:
         return f"rho={record['density']:g}" + (f" ({record['execution']})" if len(executions) > 1 else "")
@@ -148,4 +154,7 @@ def format_report(rows: list[dict]) -> str:
         lines.append(f"{effect['method']} rho={effect['density']:g} {effect['execution']}: "
                      f"{effect['step_speedup']:.2f}x the eager step speed, peak memory "
                      f"{100 * effect['memory_fraction']:.1f} % of eager's{compiled}{recorded}")
+    for r in failed:
+        lines.append(f"not measured: {r.get('method')} rho={r.get('density')} {_execution(r)}: "
+                     f"{r.get('error', 'no step time')}")
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""``barter-mini bench --profile paper-gpu``: the GPU check of issue 25 as one command.
+"""``barter-mini bench --profile paper-gpu``: the GPU check as one command.
 
 Both paper models at the paper's batch sizes (CCT at 128, ViT at 256; Table 14) and a stock
 timm ViT-S/16 at 224 pixels, every method and density, each case in three executions side by
@@ -7,8 +7,10 @@ graph replays the steps between updates, each update step runs eagerly). Static 
 their own, so BARTER's step is read against its frozen model (the paper's 1.8 %) and against
 the full-width model. Every case is also profiled: kernel launches per step and the share of
 the step the GPU was busy. Sized to finish within five minutes (by count) on one H100-class
-GPU; the rows are written as JSON after every group of cases, so that nothing measured is
-lost to a later failure (:func:`run_gpu_check`). Before it starts it prints what it will
+GPU. Each model is measured in a process of its own (a CUDA error that poisons a process
+stays inside one model), a method that fails costs no other method its rows (it is measured
+alone, then without graphs), and the rows are written as JSON after every group of cases, so
+that nothing measured is lost to a later failure (:func:`run_gpu_check`). Before it starts it prints what it will
 measure and how long that should take (:func:`estimated_seconds`), within :data:`BUDGET_S`.
 
 It runs where nothing can be installed, on the machine's own torch, from the source tree::
@@ -18,8 +20,15 @@ It runs where nothing can be installed, on the machine's own torch, from the sou
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -124,39 +133,127 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}"
 
 
+def error_rows(case: GpuCase, methods, density: float, error: str) -> list[dict]:
+    """One row per (method, execution) of a group that could not be measured, with ``error``."""
+    return [{"model": case.model, "method": method, "density": case_density, "execution": execution,
+             "batch": case.batch, "error": error}
+            for method, case_density, execution in check_bench_arguments(case.model, methods, [density], case.batch,
+                                                                         1, GPU_EXECUTIONS)]
+
+
+def measure_group(case: GpuCase, methods: tuple[str, ...], density: float, measure=bench) -> list[dict]:
+    """One group's rows: every method side by side (timed interleaved); if that fails, each
+    method alone (rows marked ``measured_alone``), and a method that fails alone is measured
+    again without CUDA graphs (``fallback``) and, failing again, leaves its error rows. One
+    method's failure costs no other method its rows, Static's and the headline ratio
+    included."""
+    def measured(chosen, executions) -> list[dict]:
+        return measure(case.model, list(chosen), [density], batch=case.batch, device="cuda", progress=False,
+                       executions=executions, **BENCH_SETTINGS)
+    try:
+        return measured(methods, GPU_EXECUTIONS)
+    except Exception as error:  # noqa: BLE001 -- any failure of the group (a recording, memory) is recorded
+        together = _one_line(error)
+    rows = []
+    eager = tuple(e for e in GPU_EXECUTIONS if not EXECUTIONS[e].graphs)
+    for method in methods:
+        try:
+            rows += [{**row, "measured_alone": f"after {together}"} for row in measured((method,), GPU_EXECUTIONS)]
+            continue
+        except Exception as error:  # noqa: BLE001
+            alone = _one_line(error)
+        try:
+            rows += [{**row, "measured_alone": f"after {together}", "fallback": f"without graphs after {alone}"}
+                     for row in measured((method,), eager)]
+        except Exception as again:  # noqa: BLE001
+            rows += error_rows(case, (method,), density, _one_line(again))
+    return rows
+
+
+def measure_model(case: GpuCase, out: Path | None = None, measure=bench, progress: bool = False) -> list[dict]:
+    """Every group of ``case`` (:func:`check_groups`) through :func:`measure_group`, in this
+    process. After each group, the rows so far, appended to those ``out`` already holds, are
+    written to ``out`` (atomically, as JSON): what this model measured survives its process."""
+    before = json.loads(Path(out).read_text()) if out is not None and Path(out).exists() else []
+    rows = []
+    for _, methods, density in tqdm(check_groups((case,)), desc=case.model, disable=not progress):
+        started, done = time.perf_counter(), len(rows)
+        rows += measure_group(case, methods, density, measure)
+        for row in rows[done:]:
+            row["group_s"] = round(time.perf_counter() - started, 3)
+        if out is not None:
+            write_json(Path(out), before + rows)
+    return rows
+
+
+def child_command(case: GpuCase, out: Path) -> list[str]:
+    """How :func:`model_in_own_process` starts the process that measures ``case``."""
+    return [sys.executable, "-m", "barter_mini.measure.gpu_check", json.dumps(asdict(case)), str(out)]
+
+
+#: the lines of a measuring process's error output kept to name why it failed
+KEPT_ERROR_LINES = 20
+
+
+def model_in_own_process(case: GpuCase, out: Path, command=child_command) -> list[dict]:
+    """``case`` measured by :func:`measure_model` in a process of its own, which appends its
+    rows to ``out`` group by group: a CUDA error that poisons a process (an illegal address,
+    sticky for the rest of it) stays inside one model. Its error output passes through; if
+    the process fails, each case it did not measure gets an error row naming the last error
+    line it printed."""
+    before = len(json.loads(out.read_text())) if out.exists() else 0
+    child = subprocess.Popen(command(case, out), stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                 filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))})
+    kept: deque[str] = deque(maxlen=KEPT_ERROR_LINES)
+    for line in child.stderr:
+        sys.stderr.write(line)
+        kept.append(line.rstrip())
+    child.wait()
+    rows = json.loads(out.read_text())[before:] if out.exists() else []
+    if child.returncode != 0:
+        errors = [line for line in kept if re.match(r"^[\w.]*(Error|Exception)\b", line)] or [line for line in kept if line]
+        reason = errors[-1] if errors else f"exit status {child.returncode}"
+        reason = f"the measuring process failed: {reason}"
+        measured = {(r["method"], r["density"], r["execution"]) for r in rows}
+        for _, methods, density in check_groups((case,)):
+            rows += [row for row in error_rows(case, methods, density, reason)
+                     if (row["method"], row["density"], row["execution"]) not in measured]
+    return rows
+
+
 def run_gpu_check(device: str = "auto", progress: bool = True, cases=GPU_CHECK, out: Path | None = None,
-                  measure=bench) -> list[dict]:
-    """Every group of :func:`check_groups` through ``measure``
-    (:func:`~barter_mini.measure.bench.bench`); one row per model, method, density and
-    execution. After each group every row so far is written to ``out`` (atomically, as
-    JSON), so a failure or a time limit later loses nothing measured. A group that fails is
-    measured again without CUDA graphs (its rows marked ``fallback``) and, failing again,
-    leaves one row per case with the one-line ``error``; the check goes on with the next."""
+                  measure_one=None) -> list[dict]:
+    """Every model of ``cases`` measured in a process of its own
+    (:func:`model_in_own_process`; ``measure_one(case, out)`` instead, if given), one after
+    the other; one row per model, method, density and execution. Each process appends its
+    groups' rows to ``out`` as they finish (atomically, as JSON), so a failure or a time
+    limit later loses nothing measured; within a group, a failing method is measured alone
+    and then without graphs (:func:`measure_group`). The rows are written to ``out`` once
+    more at the end, with the error rows of a failed process."""
     if device == "cpu" or not torch.cuda.is_available():
         raise BarterError("the paper-gpu profile measures a CUDA GPU (bf16 and CUDA graphs) and there is none "
                           "here: run `barter-mini bench` without --profile on the CPU")
     print(check_plan(cases), flush=True)
-    rows = []
-    for case, methods, density in tqdm(check_groups(cases), desc="paper-gpu", disable=not progress):
-        started, done = time.perf_counter(), len(rows)
-
-        def measured(executions) -> list[dict]:
-            return measure(case.model, methods, [density], batch=case.batch, device="cuda", progress=False,
-                           executions=executions, **BENCH_SETTINGS)
-        try:
-            rows += measured(GPU_EXECUTIONS)
-        except Exception as error:  # noqa: BLE001 -- any failure of one group (a recording, memory) is a row
-            first = _one_line(error)
-            eager = tuple(e for e in GPU_EXECUTIONS if not EXECUTIONS[e].graphs)
-            try:
-                rows += [{**row, "fallback": f"without graphs after {first}"} for row in measured(eager)]
-            except Exception as again:  # noqa: BLE001
-                rows += [{"model": case.model, "method": method, "density": case_density, "execution": execution,
-                          "batch": case.batch, "error": _one_line(again)}
-                         for method, case_density, execution in check_bench_arguments(
-                             case.model, methods, [density], case.batch, 1, GPU_EXECUTIONS)]
-        for row in rows[done:]:
-            row["group_s"] = round(time.perf_counter() - started, 3)
-        if out is not None:
-            write_json(Path(out), rows)
+    with tempfile.TemporaryDirectory(prefix="paper-gpu-") as scratch:
+        target = Path(out) if out is not None else Path(scratch) / "rows.json"
+        if target.exists():
+            target.unlink()                      # this check's rows, not an earlier one's
+        rows = []
+        for case in tqdm(cases, desc="paper-gpu", disable=not progress):
+            rows += (measure_one or model_in_own_process)(case, target)
+            write_json(target, rows)
     return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The measuring process of :func:`model_in_own_process`: ``CASE_JSON OUT``."""
+    case_json, out = (argv if argv is not None else sys.argv[1:])
+    fields = json.loads(case_json)
+    case = GpuCase(fields["model"], fields["batch"], tuple(fields["methods"]), tuple(fields["densities"]))
+    measure_model(case, Path(out), progress=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
