@@ -62,6 +62,19 @@ def test_donors_leave_every_layer_one_unit_and_spare_young_units():
     assert select_donors(stats, [2, 1, 3], receiver=0, k=5, min_age=1) == [(2, 2), (2, 0)]
 
 
+def test_donors_cost_one_read_from_the_device_per_layer(monkeypatch):
+    """A layer's scores and ages are read to the host together, once, not one float per
+    candidate (on a GPU every read waits for the device)."""
+    reads = []
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self, _original=torch.Tensor.tolist: (
+        reads.append(tuple(self.shape)), _original(self))[1])
+    monkeypatch.setattr(torch.Tensor, "__float__", lambda self: pytest.fail("a read of one float"))
+    monkeypatch.setattr(torch.Tensor, "item", lambda self: pytest.fail("a read of one value"))
+    stats = [layer([0.5, 3.0, 0.1]), layer([0.05, 0.2]), layer([0.01, 7.0])]
+    assert select_donors(stats, [3, 2, 2], receiver=2, k=3, min_age=1) == [(1, 0), (0, 2), (0, 0)]
+    assert reads == [(2, 3), (2, 2)]
+
+
 def test_parents_are_the_highest_growth_scores():
     stats = layer([1, 1, 1, 1], pressure=[0.2, 9.0, 0.1, 4.0], age=[3, 3, 0, 3])
     assert select_parents(stats, 2) == [1, 3]

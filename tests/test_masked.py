@@ -495,3 +495,29 @@ def test_short_training_on_digits(method, digits):
         # BARTER's initial allocation at rho = 0.3: 12 heads and 154 channels over 4 layers
         assert dst.allocation().heads == (3,) * 4 and dst.allocation().ffn == (39, 39, 38, 38)
         assert abs(dst.density() - rho) < 0.01
+
+
+@pytest.mark.parametrize("method", ["rigl", "s2vite"])
+def test_masks_are_multiplied_in_one_fused_call_of_matching_dtypes(method, monkeypatch):
+    """Gradients (before the optimizer step) and weights (after it) are masked by one
+    ``torch._foreach_mul_`` each, every mask in its tensor's dtype (a bool mask sends
+    ``_foreach_mul_`` down its per-tensor path); the float masks follow an update."""
+    model, opt, dst = tiny(method, delta_t=2)
+    calls = []
+    original = torch._foreach_mul_
+
+    def recording(tensors, others):
+        calls.append([(t.dtype, o.dtype) for t, o in zip(tensors, others)])
+        return original(tensors, others)
+
+    monkeypatch.setattr(torch, "_foreach_mul_", recording)
+    for step in (1, 2, 3):
+        backward(model, seed=step)
+        calls.clear()
+        dst.before_step()
+        opt.step()
+        dst.after_step(step)
+        assert len(calls) == 2 and all(a == b for call in calls for a, b in call), calls
+        for name, mask in dst.enforced_masks().items():
+            weight = dict(model.named_parameters())[name]
+            assert not weight[~mask].any(), f"{name} has weights outside its mask after step {step}"

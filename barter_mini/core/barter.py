@@ -206,9 +206,11 @@ def select_donors(stats: list[LayerStatistics], counts: list[int],
     for layer, s in enumerate(stats):
         if layer == receiver:
             continue
-        scores = s.pruning_scores()
-        for unit in torch.nonzero(s.age >= min_age).flatten().tolist():
-            candidates.append((float(scores[unit]), layer, unit))
+        # one read from the device per layer: its scores beside who is old enough
+        scores, eligible = torch.stack([s.pruning_scores().double(),
+                                        (s.age >= min_age).double()]).tolist()
+        candidates += [(score, layer, unit) for unit, (score, old_enough)
+                       in enumerate(zip(scores, eligible)) if old_enough]
     if rng is not None:
         order = rng.permutation(len(candidates))
         candidates = [candidates[i] for i in order]

@@ -199,6 +199,9 @@ class MaskedDST(MethodController):
         self.warmup = (UpdateWarmup(optimizer, self.settings.regrow_warmup_steps)
                        if self.settings.regrow_moments == "warmup" else None)
         self._masks: dict[str, torch.Tensor] = self._initial_masks()
+        #: the masks in their tensors' dtype, and the mask set they were made from
+        self._multipliers: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
+        self._multipliers_of: dict | None = None
         with torch.no_grad():
             for param, mask in self._enforced():
                 param.mul_(mask)
@@ -233,6 +236,19 @@ class MaskedDST(MethodController):
     def _enforced_names(self) -> list[str]:
         return [t.name for t in self.tensors]
 
+    def _enforced_multipliers(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The enforced parameters and their masks in the parameters' dtype, made once per set
+        of masks (every update makes a new ``_masks``). ``torch._foreach_mul_`` multiplies
+        same-dtype lists in one fused kernel per chunk of tensors, but a float tensor times a
+        bool mask takes its per-tensor path (a launch per tensor, every step). The copies cost
+        4 bytes per masked weight beside the bool masks; ``x * 1.0`` and ``x * 0.0`` equal
+        ``x * True`` and ``x * False`` bit for bit, signed zeros and NaN included."""
+        if self._multipliers_of is not self._masks:
+            pairs = self._enforced()
+            self._multipliers = ([param for param, _ in pairs], [mask.to(param.dtype) for param, mask in pairs])
+            self._multipliers_of = self._masks
+        return self._multipliers
+
     def _observe_gradients(self, update_next: bool) -> None:
         """Called by :meth:`before_step` with the dense (not yet masked) gradients."""
         if self.needs_dense_gradient and update_next:
@@ -259,8 +275,9 @@ class MaskedDST(MethodController):
         if update_next:                 # the gradients (or estimates made of them) decide after this step
             check_finite([t.param.grad for t in self.tensors], self.step + 1, f"{self.name}'s gradients")
         self._observe_gradients(update_next)
-        masked = [(param.grad, mask) for param, mask in self._enforced() if param.grad is not None]
-        if masked:                      # one multi-tensor kernel rather than a launch per tensor
+        params, multipliers = self._enforced_multipliers()
+        masked = [(param.grad, mask) for param, mask in zip(params, multipliers) if param.grad is not None]
+        if masked:
             torch._foreach_mul_(*map(list, zip(*masked)))
         if self.warmup is not None:
             self.warmup.before_step()
@@ -279,9 +296,9 @@ class MaskedDST(MethodController):
         self.step = int(step)
         if self.warmup is not None:
             self.warmup.after_step()
-        enforced = self._enforced()
-        if enforced:
-            torch._foreach_mul_(*map(list, zip(*enforced)))
+        params, multipliers = self._enforced_multipliers()
+        if params:
+            torch._foreach_mul_(params, multipliers)
         record = None
         if self.schedule.is_update(self.step):
             record = self._update(self.step)
