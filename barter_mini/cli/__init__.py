@@ -180,9 +180,46 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_gpu_pair(args) -> int:
+    """``sweep --profile gpu-pair`` (:mod:`~barter_mini.measure.gpu_pair`): no submitit, one
+    ``train`` process per run, so it runs where only torch and timm are installed."""
+    import torch
+
+    from ..measure import gpu_pair
+
+    allowed = {"jobs", "seeds", "data_root", "budget_min", "out", "runs_dir", "dry_run", "profile", "func",
+               "command", "executor", "commit"}
+    given = sorted(f"--{name.replace('_', '-')}" for name, value in vars(args).items()
+                   if name not in allowed and value not in (None, False, []))
+    if given or args.executor != "local":
+        raise BarterError(f"--profile gpu-pair trains its own grid (the paper's CCT, CIFAR-10, rho 0.1, BARTER and "
+                          f"Static); it takes --jobs, --seeds, --data-root, --budget-min, --out, --runs-dir, "
+                          f"--commit and --dry-run, not {', '.join(given) or '--executor ' + args.executor}")
+    if not torch.cuda.is_available():
+        raise BarterError("the gpu-pair profile trains on a CUDA GPU and there is none here: on the CPU, sweep a "
+                          "grid (--methods static,barter ...) instead")
+    setting = gpu_pair.PairSetting(seeds=tuple(args.seeds or gpu_pair.SEEDS), data_root=args.data_root)
+    print("gpu-pair: measuring each method's step on this GPU ...", flush=True)
+    budget_s = 60 * args.budget_min if args.budget_min is not None else gpu_pair.DEFAULT_BUDGET_S
+    plan = gpu_pair.plan_pair(setting, gpu_pair.measure_step_seconds(setting), budget_s, args.jobs)
+    print(plan.describe(), flush=True)
+    if args.dry_run:
+        return 0
+    rows = gpu_pair.run_pair(plan, Path(args.out or "gpu-pair.csv"), Path(args.runs_dir or "runs/gpu-pair"),
+                             commit=args.commit, log=lambda line: print(line, flush=True))
+    print(f"gpu-pair: {len(rows)} of {len(plan.runs)} runs finished", flush=True)
+    return 0 if len(rows) == len(plan.runs) else 1
+
+
 def cmd_sweep(args) -> int:
+    if args.profile == "gpu-pair":
+        return cmd_gpu_pair(args)
+    for flag, value in (("--budget-min", args.budget_min), ("--out", args.out), ("--runs-dir", args.runs_dir),
+                        ("--commit", args.commit)):
+        if value is not None:
+            raise BarterError(f"{flag} belongs to --profile gpu-pair")
     from ..training.cache import default_cache_dir
-    from ..training.sweep import ExecutorSettings, default_logs, run_sweep, sweep_grid_stage
+    from ..training.sweep import ExecutorSettings, default_gpus_per_job, default_logs, run_sweep, sweep_grid_stage
 
     if args.cache_dir:
         # the jobs (child processes, Slurm jobs) and the book's run listings read it from here
@@ -210,7 +247,7 @@ def cmd_sweep(args) -> int:
     settings = ExecutorSettings(
         kind=args.executor, logs=Path(args.logs) if args.logs else default_logs(),
         jobs=args.jobs, partition=args.partition,
-        gpus_per_job=args.gpus_per_job if args.gpus_per_job is not None else int(args.executor == "slurm"),
+        gpus_per_job=default_gpus_per_job(args.executor, args.device, args.gpus_per_job),
         cpus_per_job=args.cpus_per_job, time_min=args.time, array_parallelism=args.array_parallelism,
         threads_per_job=args.threads_per_job)
     report = run_sweep(stages, settings, cache_dir, checkpoint_every=args.checkpoint_every, dry_run=args.dry_run,
@@ -364,6 +401,16 @@ def _sweep_parser(sub) -> None:
     jobs.add_argument("--checkpoint-every", type=arguments.positive_int, metavar="STEPS",
                       help="also write last.pt every STEPS optimizer steps (default: every epoch only)")
     jobs.add_argument("--dry-run", action="store_true", help="list what would be trained; submit nothing")
+    pair = p.add_argument_group("--profile gpu-pair: BARTER and Static near the paper's scale on one GPU")
+    pair.add_argument("--profile", choices=("gpu-pair",),
+                      help="gpu-pair: the paper's CCT on CIFAR-10 at rho 0.1, BARTER and Static over 5 paired seeds, "
+                           "bf16 + CUDA graphs, for as many epochs as fit --budget-min (measured on the GPU first); "
+                           "each finished run's row is written to --out at once")
+    pair.add_argument("--budget-min", type=arguments.positive_float, default=None, metavar="MINUTES",
+                      help="what the pair may take (default 9)")
+    pair.add_argument("--out", help="the pair's CSV, one row per finished run (default gpu-pair.csv)")
+    pair.add_argument("--runs-dir", help="the pair's run folders (default runs/gpu-pair)")
+    pair.add_argument("--commit", help="the commit the rows record (default $BARTER_MINI_COMMIT, else git's HEAD)")
     p.set_defaults(func=cmd_sweep)
 
 

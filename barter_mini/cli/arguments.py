@@ -5,6 +5,7 @@ settings (:func:`add_run_settings`, read back by :func:`run_from_args`)."""
 from __future__ import annotations
 
 import argparse
+import math
 import dataclasses
 import json
 from pathlib import Path
@@ -73,6 +74,16 @@ def positive_int(text: str) -> int:
         return check_integer("the value", int(text))
     except (ValueError, BarterError):
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
 
 
 def seed(text: str) -> int:

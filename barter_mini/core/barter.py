@@ -206,11 +206,11 @@ def select_donors(stats: list[LayerStatistics], counts: list[int],
     for layer, s in enumerate(stats):
         if layer == receiver:
             continue
-        # one read from the device per layer: its scores beside who is old enough
-        scores, eligible = torch.stack([s.pruning_scores().double(),
-                                        (s.age >= min_age).double()]).tolist()
+        # one read from the device per layer: scores beside who is old enough
+        scores, old = torch.stack([s.pruning_scores().double(),
+                                   (s.age >= min_age).double()]).tolist()
         candidates += [(score, layer, unit) for unit, (score, old_enough)
-                       in enumerate(zip(scores, eligible)) if old_enough]
+                       in enumerate(zip(scores, old)) if old_enough]
     if rng is not None:
         order = rng.permutation(len(candidates))
         candidates = [candidates[i] for i in order]

@@ -143,6 +143,19 @@ class ExecutorSettings:
         return self
 
 
+def default_gpus_per_job(executor: str, device: str | None, given: int | None) -> int:
+    """GPUs each job sees: ``given``, else one on Slurm; locally one where the runs train on
+    CUDA (``--device cuda``, or auto with a GPU here): every local job then sees the same
+    GPU 0 and the runs share its memory. Locally with none, the jobs see no GPU at all."""
+    wants_cuda = device == "cuda" or (device in (None, "auto") and torch.cuda.is_available())
+    if given is not None:
+        if executor == "local" and device == "cuda" and given == 0:
+            raise BarterError("--device cuda needs the jobs to see the GPU: leave --gpus-per-job unset (each local "
+                              "job then sees GPU 0, shared) or give 1")
+        return given
+    return 1 if executor == "slurm" or wants_cuda else 0
+
+
 def private_folder(folder: Path) -> Path:
     """``folder`` (links resolved), created ``0700`` if missing, once it is this user's own and
     neither it nor any folder above it can be written by another user
