@@ -4,6 +4,8 @@ does, so that one recording's leftovers in the allocator cannot hide or cause an
 failure: record, release at an update, record again, for BARTER (surgery), RigL (new masks)
 and Static (no update: one recording, replayed)."""
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,35 +18,16 @@ pytestmark = [pytest.mark.gpu,
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: a short schedule whose first updates come within the steps run (BARTER's and RigL's)
-RECORD_RELEASE_RECORD = """
-import sys, torch
-from barter_mini.core.execution import EXECUTIONS
-from barter_mini.measure.bench import build_training_step
-method = sys.argv[1]
-setup = build_training_step("cct-mini", method, 0.5, 16, 400, torch.device("cuda"),
-                            execution=EXECUTIONS["bf16+graphs"])
-changing = setup.controller.changing_steps()
-last = (changing[1] + 3) if len(changing) > 1 else 12
-for step in range(1, last + 1):
-    setup.run(step)
-torch.cuda.synchronize()
-graphed = setup.graphed
-assert graphed.fallbacks == 0, graphed.metrics()
-assert graphed.replays > 0, graphed.metrics()
-assert graphed.captures >= (3 if len(changing) > 1 else 1), (graphed.metrics(), changing[:3])
-assert all(torch.isfinite(p).all() for p in setup.model.parameters())
-print(graphed.metrics())
-"""
-
 
 @pytest.mark.parametrize("method", ["barter", "rigl", "static"])
 def test_a_run_records_releases_and_records_again_in_a_fresh_process(method):
-    result = subprocess.run([sys.executable, "-c", RECORD_RELEASE_RECORD, method], cwd=REPO,
+    """:func:`~barter_mini.measure.graph_check.record_release_record` in a process of its own."""
+    result = subprocess.run([sys.executable, "-m", "barter_mini.measure.graph_check", method], cwd=REPO,
                             capture_output=True, text=True, timeout=300,
-                            env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "warning:" not in result.stderr
+    assert json.loads(result.stdout)["graph_replays"] > 0
 
 
 def test_a_failed_recording_restores_the_stream_and_the_next_one_succeeds():

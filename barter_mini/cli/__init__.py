@@ -211,6 +211,21 @@ def cmd_gpu_pair(args) -> int:
     return 0 if len(rows) == len(plan.runs) else 1
 
 
+def cmd_gpu_lend(args) -> int:
+    from ..measure.gpu_lend import run_lend
+
+    import torch
+
+    if not torch.cuda.is_available():
+        raise BarterError("gpu-lend measures a CUDA GPU and there is none here: run it on the lent GPU machine")
+    summary = run_lend(Path(args.out), minutes=args.minutes, jobs=args.jobs, log=lambda line: print(line, flush=True))
+    failed = [stage for stage, result in summary.items()
+              if (isinstance(result, dict) and "error" in result)
+              or (isinstance(result, list) and any("error" in r or str(r).startswith("failed") for r in result))]
+    print(f"gpu-lend: results in {args.out}" + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
+    return 1 if failed else 0
+
+
 def cmd_sweep(args) -> int:
     if args.profile == "gpu-pair":
         return cmd_gpu_pair(args)
@@ -415,7 +430,21 @@ def _sweep_parser(sub) -> None:
 
 
 #: the commands, each with the function that adds its parser
-COMMANDS = (_describe_parser, _train_parser, _export_parser, _book_parser, _data_parser, _bench_parser, _overhead_parser, _sweep_parser)
+def _gpu_lend_parser(sub) -> None:
+    p = sub.add_parser("gpu-lend", help="a short GPU lend's measurements as one command (graphs, the check, the pair)",
+                       description="On a lent GPU, within --minutes: the CUDA graph check (record, release, record "
+                                   "again; BARTER, RigL, Static), the GPU check's headline (the paper's CCT at rho "
+                                   "0.1, batch 128, eager, bf16, bf16 + graphs), then BARTER and Static near the "
+                                   "paper's scale in the minutes left (sweep --profile gpu-pair). Needs only torch, "
+                                   "timm, numpy and scikit-learn: PYTHONPATH=. python3 -m barter_mini.cli gpu-lend")
+    p.add_argument("--out", required=True, help="the folder the results are written to as they come")
+    p.add_argument("--minutes", type=arguments.positive_float, default=9.0, help="what the lend may take (default 9)")
+    p.add_argument("--jobs", type=arguments.positive_int, default=5, help="the pair's runs training at once (default 5)")
+    p.set_defaults(func=cmd_gpu_lend)
+
+
+COMMANDS = (_describe_parser, _train_parser, _export_parser, _book_parser, _data_parser, _bench_parser, _overhead_parser,
+            _sweep_parser, _gpu_lend_parser)
 
 
 class Parser(argparse.ArgumentParser):

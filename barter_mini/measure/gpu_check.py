@@ -21,7 +21,6 @@ It runs where nothing can be installed, on the machine's own torch, from the sou
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from ..errors import BarterError
 from ..training.checkpoints import write_json
 from ..training.methods import get_method
 from .bench import DEFAULT_DENSITIES, DEFAULT_METHODS, bench, check_bench_arguments
+from .gpu_pair import child_environment
 
 #: the executions every case is measured in, side by side
 GPU_EXECUTIONS = ("eager", "bf16", "bf16+graphs")
@@ -128,7 +128,7 @@ def check_plan(cases=GPU_CHECK) -> str:
             "min on an H100-class GPU; each group's rows are written as it finishes")
 
 
-def _one_line(error: BaseException) -> str:
+def one_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}"
 
@@ -153,7 +153,7 @@ def measure_group(case: GpuCase, methods: tuple[str, ...], density: float, measu
     try:
         return measured(methods, GPU_EXECUTIONS)
     except Exception as error:  # noqa: BLE001 -- any failure of the group (a recording, memory) is recorded
-        together = _one_line(error)
+        together = one_line(error)
     rows = []
     eager = tuple(e for e in GPU_EXECUTIONS if not EXECUTIONS[e].graphs)
     for method in methods:
@@ -161,12 +161,12 @@ def measure_group(case: GpuCase, methods: tuple[str, ...], density: float, measu
             rows += [{**row, "measured_alone": f"after {together}"} for row in measured((method,), GPU_EXECUTIONS)]
             continue
         except Exception as error:  # noqa: BLE001
-            alone = _one_line(error)
+            alone = one_line(error)
         try:
             rows += [{**row, "measured_alone": f"after {together}", "fallback": f"without graphs after {alone}"}
                      for row in measured((method,), eager)]
         except Exception as again:  # noqa: BLE001
-            rows += error_rows(case, (method,), density, _one_line(again))
+            rows += error_rows(case, (method,), density, one_line(again))
     return rows
 
 
@@ -202,9 +202,7 @@ def model_in_own_process(case: GpuCase, out: Path, command=child_command) -> lis
     the process fails, each case it did not measure gets an error row naming the last error
     line it printed."""
     before = len(json.loads(out.read_text())) if out.exists() else 0
-    child = subprocess.Popen(command(case, out), stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                                 filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))})
+    child = subprocess.Popen(command(case, out), stderr=subprocess.PIPE, text=True, env=child_environment())
     kept: deque[str] = deque(maxlen=KEPT_ERROR_LINES)
     for line in child.stderr:
         sys.stderr.write(line)

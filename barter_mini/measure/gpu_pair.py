@@ -42,7 +42,6 @@ from pathlib import Path
 
 import torch
 
-from ..core.execution import EXECUTIONS, Execution
 from ..core.models import get_model_config
 from ..errors import BarterError, check_integer
 from ..training.checkpoints import write_csv_atomically
@@ -89,10 +88,6 @@ class PairSetting:
                          recipe=self.recipe, epochs=epochs, precision=self.precision, cuda_graphs=self.cuda_graphs,
                          device=self.device, train_subset=self.train_subset, data_root=self.data_root,
                          progress=False).validate()
-
-    @property
-    def execution(self) -> Execution:
-        return replace(EXECUTIONS["graphs" if self.cuda_graphs else "eager"], precision=self.precision)
 
 
 @dataclass(frozen=True)
@@ -180,6 +175,13 @@ def commit_of_source() -> str:
     return head.stdout.strip() if head.returncode == 0 else ""
 
 
+def child_environment() -> dict:
+    """This process's environment with the source tree first on ``PYTHONPATH``, so a child
+    process imports the same ``barter_mini`` whether or not it is installed."""
+    tree = str(Path(__file__).resolve().parents[2])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tree, os.environ.get("PYTHONPATH")]))}
+
+
 def train_command(run: RunConfig, out: Path) -> list[str]:
     """``barter-mini train`` of ``run`` into ``out``, as a process of this Python."""
     flags = ["--method", run.method, "--model", run.model, "--dataset", run.dataset, "--density", f"{run.density:g}",
@@ -214,9 +216,7 @@ def run_pair(plan: PairPlan, out: Path, folder: Path, commit: str | None = None,
 
     def train_one(run: RunConfig) -> None:
         target = Path(folder) / f"{run.method}-seed{run.seed}"
-        result = subprocess.run(train_command(run, target), capture_output=True, text=True,
-                                env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
-                                    str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))})
+        result = subprocess.run(train_command(run, target), capture_output=True, text=True, env=child_environment())
         elapsed = (time.perf_counter() - started) / 60
         if result.returncode != 0:
             last = [line for line in result.stderr.splitlines() if line.strip()][-1:] or ["no error output"]
