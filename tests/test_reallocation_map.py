@@ -76,3 +76,71 @@ def test_a_cell_is_barter_and_static_per_seed_at_the_maps_settings():
     assert [(run.method, run.seed) for run in runs] == [("static", 3), ("barter", 3), ("static", 4), ("barter", 4)]
     assert {(run.dataset, run.recipe, run.train_subset, run.epochs, run.start) for run in runs} == {
         ("cifar10", "quick", 15000, 3, "first")}
+
+
+# --- runs recorded on a lent GPU ---------------------------------------------------------
+
+from barter_mini.book.reallocation_map import GPU_MAP_CSV, record_gpu_rows  # noqa: E402
+from barter_mini.measure.gpu_pair import COLUMNS as GPU_COLUMNS  # noqa: E402
+
+
+def gpu_row(method, seed, val, test):
+    """A row as ``gpu-lend`` writes it (``gpu_pair.pair_row``) for a made-up lend."""
+    return {**run_row(method, seed, val, test, density=0.1, model="cct-paper"), "epochs": 4, "train_subset": "",
+            "device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130", "precision": "bf16",
+            "cuda_graphs": True, "batch": 128, "recipe": "paper"}
+
+
+def write_rows(path, rows, columns=GPU_COLUMNS):
+    import csv
+
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(columns))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def test_a_lends_pair_csv_is_recorded_into_the_gpu_map_and_nothing_else_is(tmp_path):
+    pair = write_rows(tmp_path / "pair.csv", [gpu_row(m, s, 0.5 + s / 100, 0.5) for s in range(3)
+                                             for m in ("static", "barter")])
+    recorded = record_gpu_rows(pair, tmp_path / GPU_MAP_CSV.name)
+    frame = read_map(recorded)
+    assert list(frame.columns) == list(GPU_COLUMNS) and len(frame) == 6
+    again = record_gpu_rows(write_rows(tmp_path / "more.csv", [gpu_row("barter", 0, 0.9, 0.9)]), recorded)
+    assert len(read_map(again)) == 6 and read_map(again).query("method == 'barter' and seed == 0").val_acc.item() == 0.9
+    with pytest.raises(BarterError, match="is not a gpu-pair CSV: it has no device, device_name"):
+        record_gpu_rows(MAP_CSV, tmp_path / "x.csv")
+    with pytest.raises(BarterError, match="BARTER and Static runs on a GPU only"):
+        record_gpu_rows(write_rows(tmp_path / "cpu.csv", [{**gpu_row("barter", 0, 0.5, 0.5), "device": "cpu"}]),
+                        tmp_path / "x.csv")
+
+
+@pytest.mark.slow
+def test_chapter_05_draws_recorded_gpu_runs_beside_the_cpu_cells_and_marks_them(tmp_path, monkeypatch):
+    """Chapter 05 in the smoke profile with a GPU file among its recorded data: the map's table
+    has the GPU cell, labelled with the card, and the page counts its runs. (It reads the
+    smoke runs from the run cache, where the smoke book's build left them.)"""
+    import shutil
+
+    import nbformat
+    import papermill
+
+    repo = MAP_CSV.parents[1]
+    recorded = tmp_path / "recorded"
+    shutil.copytree(repo / "data", recorded, ignore=shutil.ignore_patterns("cifar10", "FashionMNIST"))
+    write_rows(recorded / GPU_MAP_CSV.name, [gpu_row(m, s, 0.6 + (s % 2) / 100 + (m == "barter") / 200, 0.6)
+                                             for s in range(5) for m in ("static", "barter")])
+    monkeypatch.setenv("BARTER_MINI_RECORDED", str(recorded))
+    monkeypatch.setenv("BARTER_MINI_DATA", str(repo / "data"))
+    out = tmp_path / "05.ipynb"
+    papermill.execute_notebook(str(repo / "notebooks" / "05_reallocation.ipynb"), str(out), kernel_name="python3",
+                               parameters={"profile": "smoke"}, cwd=str(tmp_path), progress_bar=False)
+    executed = nbformat.read(out, as_version=4)
+    text = "\n".join(str(output.get("data", {}).get("text/plain", "")) + str(output.get("data", {}).get("text/html", ""))
+                     for cell in executed.cells if cell.cell_type == "code" for output in cell.get("outputs", []))
+    assert "GPU (NVIDIA H100 80GB HBM3): cct-paper 7x16, rho 0.1, 4 ep" in text
+    assert "trained on a GPU: bf16 + graphs, batch 128" in text
+    glued = [output for cell in executed.cells for output in cell.get("outputs", [])
+             if output.get("metadata", {}).get("scrapbook", {}).get("name") == "05-gpu-runs"]
+    assert len(glued) == 1 and "10" in {str(value) for value in glued[0]["data"].values()}, glued

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import BarterError, check_list
+from ..measure.gpu_pair import COLUMNS as GPU_COLUMNS
 from ..training.cache import cached_train
 from ..training.checkpoints import read_json, write_csv_atomically
 from ..training.run_config import RunConfig
@@ -24,6 +25,9 @@ from .recorded_grid import recorded_data_dir
 
 #: the recorded runs of the map (one row per run)
 MAP_CSV = Path(__file__).resolve().parents[2] / "data" / "reallocation_map.csv"
+#: runs of the map trained on a lent GPU (``barter-mini gpu-lend``'s ``pair.csv``, merged by
+#: :func:`record_gpu_rows`): the paper's CCT in bf16 with CUDA graphs, never pooled with the CPU cells
+GPU_MAP_CSV = MAP_CSV.with_name("reallocation_map_gpu.csv")
 #: what identifies a cell of the map
 CELL = ("model", "dataset", "density", "epochs", "train_subset", "start")
 #: the columns of :data:`MAP_CSV`
@@ -69,9 +73,9 @@ def map_row(run: dict, metrics: dict, commit: str) -> dict:
             "commit": commit, "command": sweep_command({**run, "epochs": metrics["epochs"]})}
 
 
-def write_map(rows: list[dict], path: Path = MAP_CSV) -> Path:
+def write_map(rows: list[dict], path: Path = MAP_CSV, columns=COLUMNS) -> Path:
     """``rows`` merged into the CSV at ``path`` (a row of the same cell, method and seed is
-    replaced), sorted, written atomically."""
+    replaced), sorted, written atomically in ``columns``."""
     known = {}
     if Path(path).is_file():
         for row in read_map(path).to_dict("records"):
@@ -79,7 +83,19 @@ def write_map(rows: list[dict], path: Path = MAP_CSV) -> Path:
     for row in rows:
         known[_row_key(row)] = row
     ordered = sorted(known.values(), key=lambda row: tuple(str(row[key]) for key in CELL + ("method",)) + (int(row["seed"]),))
-    return write_csv_atomically(Path(path), COLUMNS, ordered)
+    return write_csv_atomically(Path(path), columns, ordered)
+
+
+def record_gpu_rows(pair_csv: Path, path: Path = GPU_MAP_CSV) -> Path:
+    """The rows of a lend's ``pair.csv`` (:mod:`~barter_mini.measure.gpu_pair`) merged into
+    :data:`GPU_MAP_CSV`; one-line errors for a file that is not one."""
+    frame = read_map(pair_csv)
+    missing = [column for column in GPU_COLUMNS if column not in frame.columns]
+    if missing:
+        raise BarterError(f"{pair_csv} is not a gpu-pair CSV: it has no {', '.join(missing)} column")
+    if set(frame["method"]) - set(PAIR) or (frame["device"] != "cuda").any():
+        raise BarterError(f"{pair_csv}: the GPU map records BARTER and Static runs on a GPU only")
+    return write_map(frame.to_dict("records"), path, GPU_COLUMNS)
 
 
 def _row_key(row: dict) -> tuple:
