@@ -429,7 +429,6 @@ def _sweep_parser(sub) -> None:
     p.set_defaults(func=cmd_sweep)
 
 
-#: the commands, each with the function that adds its parser
 def _gpu_lend_parser(sub) -> None:
     p = sub.add_parser("gpu-lend", help="a short GPU lend's measurements as one command (graphs, the check, the pair)",
                        description="On a lent GPU, within --minutes: the CUDA graph check (record, release, record "
@@ -443,6 +442,7 @@ def _gpu_lend_parser(sub) -> None:
     p.set_defaults(func=cmd_gpu_lend)
 
 
+#: the commands, each with the function that adds its parser
 COMMANDS = (_describe_parser, _train_parser, _export_parser, _book_parser, _data_parser, _bench_parser, _overhead_parser,
             _sweep_parser, _gpu_lend_parser)
 
