@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 FASHION_DEBIAN := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install system-book system-test data test test-fast test-gpu fuzz book lab gpu-bench clean
+.PHONY: install system-book system-test data test test-fast test-gpu fuzz gpu-parts book lab gpu-bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -80,11 +80,17 @@ ifneq ($(PROFILE),smoke)
 endif
 	$(VENV)/bin/barter-mini book --profile $(PROFILE)
 
-# The GPU check (issue 25): both paper models and a timm ViT-S/16, every method and density,
-# eager fp32, bf16 and bf16 + CUDA graphs, profiled; rows as JSON in gpu-bench.json. On a
-# machine without pip access: PYTHONPATH=. python3 -m barter_mini.cli bench --profile paper-gpu
+# The GPU check: both paper models and a timm ViT-S/16, every method and density, eager fp32,
+# bf16 and bf16 + CUDA graphs, profiled; rows as JSON in gpu-bench.json. On a machine without
+# pip access: PYTHONPATH=. python3 -m barter_mini.cli bench --profile paper-gpu
 gpu-bench: install
 	$(PY) -m barter_mini.cli bench --profile paper-gpu --out gpu-bench.json
+
+# CIFAR-10's arrays in three parts under .gpu/ (ignored), each small enough for one call to a
+# lent GPU machine (64 MiB with the tree); joined there with cat (README: "A GPU lend").
+gpu-parts: data
+	mkdir -p .gpu
+	split -n 3 -d data/cifar10/cifar10-uint8.npz .gpu/cifar10-uint8.npz.part-
 
 # The notebooks in JupyterLab, on the venv's python3 kernel (the kernel every notebook names).
 # On a headless machine: make lab LAB_ARGS="--no-browser --ip 127.0.0.1 --port 8888"
