@@ -429,13 +429,16 @@ def _sweep_parser(sub) -> None:
     p.set_defaults(func=cmd_sweep)
 
 
+#: what ``barter-mini gpu-lend --help`` says it does
+GPU_LEND_DESCRIPTION = ("On a lent GPU, within --minutes: the CUDA graph check (record, release, record again; "
+                        "BARTER, RigL, Static), the GPU check's headline (the paper's CCT at rho 0.1, batch 128, "
+                        "eager, bf16, bf16 + graphs), then BARTER and Static near the paper's scale in the minutes "
+                        "left (sweep --profile gpu-pair). Needs only torch, timm, numpy and scikit-learn: "
+                        "PYTHONPATH=. python3 -m barter_mini.cli gpu-lend")
+
+
 def _gpu_lend_parser(sub) -> None:
-    p = sub.add_parser("gpu-lend", help="a short GPU lend's measurements as one command (graphs, the check, the pair)",
-                       description="On a lent GPU, within --minutes: the CUDA graph check (record, release, record "
-                                   "again; BARTER, RigL, Static), the GPU check's headline (the paper's CCT at rho "
-                                   "0.1, batch 128, eager, bf16, bf16 + graphs), then BARTER and Static near the "
-                                   "paper's scale in the minutes left (sweep --profile gpu-pair). Needs only torch, "
-                                   "timm, numpy and scikit-learn: PYTHONPATH=. python3 -m barter_mini.cli gpu-lend")
+    p = sub.add_parser("gpu-lend", help="a short GPU lend's measurements as one command", description=GPU_LEND_DESCRIPTION)
     p.add_argument("--out", required=True, help="the folder the results are written to as they come")
     p.add_argument("--minutes", type=arguments.positive_float, default=9.0, help="what the lend may take (default 9)")
     p.add_argument("--jobs", type=arguments.positive_int, default=5, help="the pair's runs training at once (default 5)")
