@@ -139,7 +139,7 @@ def test_chapter_05_draws_recorded_gpu_runs_beside_the_cpu_cells_and_marks_them(
     executed = nbformat.read(out, as_version=4)
     text = "\n".join(str(output.get("data", {}).get("text/plain", "")) + str(output.get("data", {}).get("text/html", ""))
                      for cell in executed.cells if cell.cell_type == "code" for output in cell.get("outputs", []))
-    assert "GPU (NVIDIA H100 80GB HBM3): cct-paper 7x16, rho 0.1, 4 ep" in text
+    assert "GPU (H100): cct-paper 7x16, rho 0.1, 4 ep" in text
     assert "trained on a GPU: bf16 + graphs, batch 128" in text
     glued = [output for cell in executed.cells for output in cell.get("outputs", [])
              if output.get("metadata", {}).get("scrapbook", {}).get("name") == "05-gpu-runs"]
