@@ -21,7 +21,6 @@ It runs where nothing can be installed, on the machine's own torch, from the sou
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import tempfile
@@ -40,7 +39,7 @@ from ..errors import BarterError
 from ..training.checkpoints import write_json
 from ..training.methods import get_method
 from .bench import DEFAULT_DENSITIES, DEFAULT_METHODS, bench, check_bench_arguments
-from .gpu_pair import child_environment
+from .processes import child_environment, last_error_line
 
 #: the executions every case is measured in, side by side
 GPU_EXECUTIONS = ("eager", "bf16", "bf16+graphs")
@@ -210,9 +209,7 @@ def model_in_own_process(case: GpuCase, out: Path, command=child_command) -> lis
     child.wait()
     rows = json.loads(out.read_text())[before:] if out.exists() else []
     if child.returncode != 0:
-        errors = [line for line in kept if re.match(r"^[\w.]*(Error|Exception)\b", line)] or [line for line in kept if line]
-        reason = errors[-1] if errors else f"exit status {child.returncode}"
-        reason = f"the measuring process failed: {reason}"
+        reason = f"the measuring process failed: {last_error_line(kept) or f'exit status {child.returncode}'}"
         measured = {(r["method"], r["density"], r["execution"]) for r in rows}
         for _, methods, density in check_groups((case,)):
             rows += [row for row in error_rows(case, methods, density, reason)

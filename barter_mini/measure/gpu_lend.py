@@ -31,6 +31,7 @@ from . import gpu_pair
 from .bench_report import format_report, step_ratios
 from .gpu_check import GpuCase, one_line, run_gpu_check
 from .graph_check import METHODS as GRAPH_METHODS
+from .processes import child_environment, last_error_line
 
 #: the GPU check's cases a lend measures: the paper's CCT at rho 0.1, the headline ratios
 LEND_CHECK = (GpuCase("cct-paper", 128, ("dense", "rigl", "static", "barter"), (0.1,)),)
@@ -44,15 +45,15 @@ def graph_checks(out: Path, log=print) -> list[dict]:
     results = []
     for method in GRAPH_METHODS:
         done = subprocess.run([sys.executable, "-m", "barter_mini.measure.graph_check", method],
-                              capture_output=True, text=True, env=gpu_pair.child_environment())
+                              capture_output=True, text=True, env=child_environment())
         if done.returncode == 0:
             results.append(json.loads(done.stdout.strip().splitlines()[-1]))
             log(f"graphs: {method} recorded {results[-1]['graph_captures']} times, replayed "
                 f"{results[-1]['graph_replays']} steps, fell back {results[-1]['graph_fallbacks']} times")
         else:
-            last = [line for line in done.stderr.splitlines() if line.strip()][-1:] or ["no error output"]
-            results.append({"method": method, "error": last[0]})
-            log(f"graphs: {method} failed: {last[0]}")
+            why = last_error_line(done.stderr.splitlines()) or "no error output"
+            results.append({"method": method, "error": why})
+            log(f"graphs: {method} failed: {why}")
         write_json(out / "graphs.json", results)
     return results
 

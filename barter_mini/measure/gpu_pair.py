@@ -49,6 +49,7 @@ from ..training.data.datasets import load_dataset
 from ..training.recipes import get_recipe
 from ..training.run_config import RunConfig
 from .bench import EPOCH_IMAGES, run_step
+from .processes import child_environment, last_error_line
 from .timing import interleaved_times
 
 #: the pair's seeds (BARTER and Static on each)
@@ -175,13 +176,6 @@ def commit_of_source() -> str:
     return head.stdout.strip() if head.returncode == 0 else ""
 
 
-def child_environment() -> dict:
-    """This process's environment with the source tree first on ``PYTHONPATH``, so a child
-    process imports the same ``barter_mini`` whether or not it is installed."""
-    tree = str(Path(__file__).resolve().parents[2])
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tree, os.environ.get("PYTHONPATH")]))}
-
-
 def train_command(run: RunConfig, out: Path) -> list[str]:
     """``barter-mini train`` of ``run`` into ``out``, as a process of this Python."""
     flags = ["--method", run.method, "--model", run.model, "--dataset", run.dataset, "--density", f"{run.density:g}",
@@ -219,8 +213,8 @@ def run_pair(plan: PairPlan, out: Path, folder: Path, commit: str | None = None,
         result = subprocess.run(train_command(run, target), capture_output=True, text=True, env=child_environment())
         elapsed = (time.perf_counter() - started) / 60
         if result.returncode != 0:
-            last = [line for line in result.stderr.splitlines() if line.strip()][-1:] or ["no error output"]
-            log(f"{run.method} seed {run.seed}: failed after {elapsed:.1f} min: {last[0]}")
+            why = last_error_line(result.stderr.splitlines()) or "no error output"
+            log(f"{run.method} seed {run.seed}: failed after {elapsed:.1f} min: {why}")
             return
         metrics = json.loads((target / "metrics.json").read_text())
         with lock:
