@@ -133,6 +133,7 @@ def test_a_lend_reports_each_failed_stage_in_one_line_and_runs_the_next(tmp_path
     assert summary["check"] == ["failed: BarterError: the paper-gpu profile measures a CUDA GPU (bf16 and CUDA "
                                 "graphs) and there is none here: run `barter-mini bench` without --profile on the CPU"]
     assert "error" in summary["pair"] and "\n" not in summary["pair"]["error"]
+    assert summary["failed"] == ["graphs", "check", "pair"]
     assert [line.split(":")[0] for line in lines] == ["graphs"] * 3 + ["check", "pair"]
     assert json.loads((tmp_path / "lend.json").read_text()) == summary
     assert len(json.loads((tmp_path / "graphs.json").read_text())) == 3

@@ -219,9 +219,7 @@ def cmd_gpu_lend(args) -> int:
     if not torch.cuda.is_available():
         raise BarterError("gpu-lend measures a CUDA GPU and there is none here: run it on the lent GPU machine")
     summary = run_lend(Path(args.out), minutes=args.minutes, jobs=args.jobs, log=lambda line: print(line, flush=True))
-    failed = [stage for stage, result in summary.items()
-              if (isinstance(result, dict) and "error" in result)
-              or (isinstance(result, list) and any("error" in r or str(r).startswith("failed") for r in result))]
+    failed = summary["failed"]
     print(f"gpu-lend: results in {args.out}" + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
     return 1 if failed else 0
 

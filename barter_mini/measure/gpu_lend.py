@@ -66,12 +66,17 @@ def headline(rows: list[dict]) -> list[str]:
 
 
 def run_lend(out: Path, minutes: float = 9.0, jobs: int = 5, log=print) -> dict:
-    """The three stages of the module within ``minutes``; what each produced."""
+    """The three stages of the module within ``minutes``; what each produced, and under
+    ``failed`` the stages that did not finish (a graph check that failed for any method, a
+    check or a pair that stopped with an error)."""
     started = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     summary: dict = {}
+    failed = []
     summary["graphs"] = graph_checks(out, log)
+    if any("error" in result for result in summary["graphs"]):
+        failed.append("graphs")
     try:
         rows = run_gpu_check(progress=False, cases=LEND_CHECK, out=out / "gpu.json")
         (out / "gpu.txt").write_text(format_report(rows) + "\n")
@@ -80,6 +85,7 @@ def run_lend(out: Path, minutes: float = 9.0, jobs: int = 5, log=print) -> dict:
             log(f"check: {line}")
     except Exception as error:  # noqa: BLE001 -- a failed stage is reported and the next one runs
         summary["check"] = [f"failed: {one_line(error)}"]
+        failed.append("check")
         log(f"check: failed: {one_line(error)}")
     left_s = 60 * minutes - (time.perf_counter() - started) - MARGIN_S
     try:
@@ -90,6 +96,8 @@ def run_lend(out: Path, minutes: float = 9.0, jobs: int = 5, log=print) -> dict:
         summary["pair"] = {"epochs": plan.epochs, "runs": len(plan.runs), "finished": len(rows)}
     except Exception as error:  # noqa: BLE001
         summary["pair"] = {"error": one_line(error)}
+        failed.append("pair")
         log(f"pair: failed: {one_line(error)}")
+    summary["failed"] = failed
     write_json(out / "lend.json", summary)
     return summary
