@@ -226,9 +226,9 @@ class GraphedStep:
         self._static = {}
 
     def _record(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        """Record one step on static input buffers, the learning rates as tensors."""
+        """Record one step on static input buffers, the learning rates as tensors (the old
+        graph was released before the warm-up step that precedes every recording)."""
         started = time.perf_counter()
-        self._release()
         self.backend.synchronize()
         self._static = {"x": x.clone(), "y": y.clone()}
         self._lr = []
