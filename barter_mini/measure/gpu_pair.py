@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -119,12 +119,13 @@ def steps_per_epoch(setting: PairSetting) -> int:
     official = EPOCH_IMAGES[setting.dataset]
     held_out = round(inspect.signature(load_dataset).parameters["val_fraction"].default * official)
     train_images = min(official - held_out, setting.train_subset or official)
-    batch = batch_size(setting)
+    batch = batch_size(setting.model, setting.recipe)
     return train_images // batch if train_images >= batch else 1      # the loader drops a last, smaller batch
 
 
-def batch_size(setting: PairSetting) -> int:
-    return get_recipe(setting.recipe, get_model_config(setting.model).family).batch_size
+def batch_size(model: str, recipe: str) -> int:
+    """The batch of ``recipe`` for ``model``'s family (the paper's CCT: 128)."""
+    return get_recipe(recipe, get_model_config(model).family).batch_size
 
 
 def plan_pair(setting: PairSetting, step_s: dict, budget_s: float = DEFAULT_BUDGET_S, jobs: int = 1) -> PairPlan:
@@ -160,9 +161,12 @@ def measure_step_seconds(setting: PairSetting, steps: int = 20, warmup: int = 5)
     (:func:`~barter_mini.measure.timing.interleaved_times`)."""
     device = torch.device(setting.device)
     total = 100 * steps_per_epoch(setting)
-    setups = {method: run_step(setting.run(method, setting.seeds[0], 100), batch_size(setting), total, device)
-              for method in setting.methods}
+    setups = {method: run_step(setting.run(method, setting.seeds[0], 100), batch_size(setting.model, setting.recipe),
+                                total, device) for method in setting.methods}
     times = interleaved_times(setups, steps, warmup, device)
+    del setups
+    if device.type == "cuda":
+        torch.cuda.empty_cache()      # the runs train in other processes: this one holds no memory for them
     return {method: sorted(values)[len(values) // 2] for method, values in times.items()}
 
 
@@ -197,7 +201,7 @@ def pair_row(run: RunConfig, metrics: dict, commit: str) -> dict:
             "command": shlex.join(["barter-mini", *train_command(run, Path("RUN"))[3:]]),
             "device": metrics["device"], "device_name": name, "torch": torch.__version__,
             "precision": run.precision, "cuda_graphs": run.cuda_graphs,
-            "batch": batch_size(replace(PairSetting(), model=run.model, recipe=run.recipe)), "recipe": run.recipe}
+            "batch": batch_size(run.model, run.recipe), "recipe": run.recipe}
 
 
 def run_pair(plan: PairPlan, out: Path, folder: Path, commit: str | None = None, log=print) -> list[dict]:
@@ -217,11 +221,11 @@ def run_pair(plan: PairPlan, out: Path, folder: Path, commit: str | None = None,
             log(f"{run.method} seed {run.seed}: failed after {elapsed:.1f} min: {why}")
             return
         metrics = json.loads((target / "metrics.json").read_text())
-        with lock:
+        with lock:                # the line reports this write, before another run's can follow it
             rows.append(pair_row(run, metrics, commit))
             write_csv_atomically(Path(out), COLUMNS, rows)
-        log(f"{run.method} seed {run.seed}: val {metrics['val_acc']:.4f}, test {metrics['test_acc']:.4f} "
-            f"({elapsed:.1f} min) -> {out}")
+            log(f"{run.method} seed {run.seed}: val {metrics['val_acc']:.4f}, test {metrics['test_acc']:.4f} "
+                f"({elapsed:.1f} min) -> {out} ({len(rows)} rows)")
 
     with ThreadPoolExecutor(max_workers=plan.jobs) as pool:
         list(pool.map(train_one, plan.runs))
