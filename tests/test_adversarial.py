@@ -156,7 +156,7 @@ def test_checkpoints_hold_only_plain_types(tmp_path):
     for name in ("best.pt", "last.pt"):
         checkpoint = torch.load(out / name, weights_only=True)
         assert checkpoint["format"] == CHECKPOINT_FORMAT
-        assert isinstance(checkpoint["resume"]["rng"][0]["numpy"]["state"]["key"], list)
+        assert isinstance(checkpoint["rng"][0]["numpy"]["state"]["key"], list)
 
 
 # ----------------------------------------------------------------------------- 2. a diverged run
@@ -171,7 +171,7 @@ def test_a_non_finite_loss_stops_the_run_with_its_step(tmp_path, capsys):
     assert f"holds step {step - 1}, the last with finite values" in line
     last = load_checkpoint(out / "last.pt")
     assert last["step"] == step - 1
-    assert all(torch.isfinite(torch.as_tensor(l)) for l in last["resume"]["step_losses"])
+    assert all(torch.isfinite(torch.as_tensor(l)) for l in last["progress"]["step_losses"])
     assert not (out / "metrics.json").exists()
     assert sorted(p.name for p in out.iterdir()) == ["last.pt"]
 

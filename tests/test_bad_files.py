@@ -29,7 +29,8 @@ import barter_mini.training.checkpoints as checkpoints
 from barter_mini.cli import main
 from barter_mini.core.configs import ModelConfig
 from barter_mini.training.checkpoint_contents import CONFIG_COUNTS, CONFIG_NAMES
-from barter_mini.training.resume_contents import RESUME_STATE_CHECKS
+from barter_mini.training.checkpoint_parts import PART_BY_NAME
+from barter_mini.training.progress import PROGRESS_CHECKS
 from barter_mini.training.checkpoints import MAX_INFLATE_RATIO, load_checkpoint, save_checkpoint
 
 #: a second of training on digits
@@ -333,30 +334,30 @@ def resumed_with(files, tmp_path, capsys, change) -> str:
 
 
 @pytest.mark.parametrize("where, key, value, message", [
-    ("resume", "epoch", "2", "epoch must be an integer"),
+    ("progress", "epoch", "2", "epoch must be an integer"),
     ("top", "epoch", "1", "epoch must be an integer"),
-    ("resume", "total_steps", -5, "total_steps must be"),
-    ("resume", "step", 11, "step must be"),
-    ("resume", "elapsed_s", float("nan"), "elapsed_s must be"),
-    ("resume", "history", {"epoch": 1}, "history must be a list"),
-    ("resume", "window", [(1.0,)], "window must be a list of (loss, accuracy) pairs"),
-    ("resume", "epoch_loader_state", [1, 2], "epoch_loader_state must be"),
-    ("resume", "rng", None, "rng must be a list"),
+    ("length", "total_steps", -5, "total_steps must be"),
+    ("progress", "step", 11, "step must be"),
+    ("progress", "elapsed_s", float("nan"), "elapsed_s must be"),
+    ("progress", "history", {"epoch": 1}, "history must be a list"),
+    ("progress", "window", [(1.0,)], "window must be a list of (loss, accuracy) pairs"),
+    ("progress", "epoch_loader_state", [1, 2], "epoch_loader_state must be"),
+    ("top", "rng", None, "rng must be a list"),
 ])
 def test_a_last_pt_with_a_bad_resume_state_is_one_line(files, tmp_path, capsys, where, key, value, message):
     def change(checkpoint):
-        (checkpoint["resume"] if where == "resume" else checkpoint)[key] = value
+        (checkpoint if where == "top" else checkpoint[where])[key] = value
     assert message in resumed_with(files, tmp_path, capsys, change)
 
 
 def test_a_last_pt_whose_scheduler_or_optimizer_does_not_fit_is_one_line(files, tmp_path, capsys):
     def scheduler(checkpoint):
-        checkpoint["resume"]["scheduler"]["t_initial"] = 0          # timm divides by it
+        checkpoint["scheduler"]["t_initial"] = 0          # timm divides by it
     assert "scheduler" in resumed_with(files, tmp_path / "a", capsys, scheduler)
 
     def noise(checkpoint):
-        checkpoint["resume"]["scheduler"]["noise_range_t"] = 5      # timm then loops while |noise| >= noise_pct
-        checkpoint["resume"]["scheduler"]["noise_pct"] = 0.0
+        checkpoint["scheduler"]["noise_range_t"] = 5      # timm then loops while |noise| >= noise_pct
+        checkpoint["scheduler"]["noise_pct"] = 0.0
     assert "scheduler" in resumed_with(files, tmp_path / "b", capsys, noise)
 
     def moments(checkpoint):
@@ -371,21 +372,22 @@ def test_a_last_pt_whose_scheduler_or_optimizer_does_not_fit_is_one_line(files, 
 
 
 def test_the_resume_checks_cover_every_entry_of_the_resume_state(files):
-    resume = torch.load(files["resumable"] / "last.pt", weights_only=True)["resume"]
-    assert set(RESUME_STATE_CHECKS) == set(resume)
+    last = torch.load(files["resumable"] / "last.pt", weights_only=True)
+    assert set(PART_BY_NAME) | {"format", "version"} == set(last)
+    assert set(PROGRESS_CHECKS) == set(last["progress"])
 
 
 def test_a_last_pt_whose_generator_states_are_out_of_range_is_one_line(files, tmp_path, capsys):
     """Integers out of a generator's range end in an OverflowError where the trainer restores
     them: refused when the file is read, naming the generator."""
     def numpy_key(checkpoint):
-        checkpoint["resume"]["rng"][0]["numpy"]["state"]["key"][3] = 2**40
-    assert "resume.rng[0].numpy is not a state" in resumed_with(files, tmp_path / "a", capsys, numpy_key)
+        checkpoint["rng"][0]["numpy"]["state"]["key"][3] = 2**40
+    assert "last.pt: rng[0].numpy is not a state" in resumed_with(files, tmp_path / "a", capsys, numpy_key)
 
     def python_state(checkpoint):
-        version, internal, gauss = checkpoint["resume"]["rng"][0]["python"]
-        checkpoint["resume"]["rng"][0]["python"] = (version, (-1,) + internal[1:], gauss)
-    assert "resume.rng[0].python is not a state" in resumed_with(files, tmp_path / "b", capsys, python_state)
+        version, internal, gauss = checkpoint["rng"][0]["python"]
+        checkpoint["rng"][0]["python"] = (version, (-1,) + internal[1:], gauss)
+    assert "last.pt: rng[0].python is not a state" in resumed_with(files, tmp_path / "b", capsys, python_state)
 
     def method_generator(checkpoint):                       # BARTER's own numpy generator
         checkpoint["controller"]["rng"]["state"]["state"] = -1

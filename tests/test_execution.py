@@ -179,7 +179,7 @@ def test_train_in_half_precision_moves_units_and_resumes_bitwise(tmp_path, preci
     assert half["steps"] + half["skipped_steps"] == fp32["steps"]
     out = tmp_path / "resumed"
     train_until(RunConfig(**run, precision=precision), 7, out)
-    saved = load_checkpoint(out / "last.pt")["resume"]["scaler"]
+    saved = load_checkpoint(out / "last.pt")["scaler"]
     assert (saved is None) == (precision == "bf16") and (saved is None or saved["scale"] > 1)
     train(RunConfig(**run, precision=precision), out, resume=True)
     assert_same_run(tmp_path / precision, out)

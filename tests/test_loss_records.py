@@ -22,8 +22,7 @@ RUN = RunConfig(method="barter", model="cct-mini", dataset="digits", recipe="smo
 def _epoch(read_every: int, monkeypatch) -> tuple:
     """RUN's epochs, reading its losses every ``read_every`` steps; what it recorded and how
     many times a tensor was read to the host with ``item``."""
-    t = build_training(RUN)
-    t.read_every = read_every
+    t = replace(build_training(RUN), read_every=read_every)
     reads = []
     original = torch.Tensor.item
     monkeypatch.setattr(torch.Tensor, "item", lambda self: reads.append(1) or original(self))
@@ -42,8 +41,8 @@ def test_deferred_reads_record_what_eager_reads_do_with_fewer_host_reads(monkeyp
 
 
 def test_a_non_finite_loss_read_late_stops_the_run_at_its_own_step():
-    t = build_training(replace(RUN, method="static"))       # BARTER's statistics would stop it first
-    t.read_every = LOG_EVERY
+    # static: BARTER's statistics would stop it first
+    t = replace(build_training(replace(RUN, method="static")), read_every=LOG_EVERY)
     calls = []
 
     def poison(module, inputs, output):

@@ -37,15 +37,14 @@ def test_a_runs_controller_cannot_be_swapped_behind_its_graphed_step():
     from dataclasses import FrozenInstanceError, replace
 
     from barter_mini.core.method import Static
-    from barter_mini.errors import BarterError
     from barter_mini.training.run_config import RunConfig
     from barter_mini.training.trainer import build_training
 
     t = build_training(RunConfig(method="static", dataset="digits", recipe="smoke", epochs=1, density=0.5,
                                  progress=False))
-    with pytest.raises(BarterError, match=r"parts are fixed when it is built.*wrap_controller"):
+    with pytest.raises(FrozenInstanceError):
         t.controller = Static()
-    with pytest.raises(BarterError, match=r"parts are fixed when it is built"):
+    with pytest.raises(FrozenInstanceError):
         t.parts = replace(t.parts, controller=Static())
     with pytest.raises(FrozenInstanceError):
         t.parts.controller = Static()

@@ -7,8 +7,8 @@ names the file, the entry, what it must be and what it is: the settings of the m
 (:func:`check_model_entries`), its weights against the model built on the meta device
 (:func:`model_shapes`, :func:`check_weights`: names, shapes, dtypes and bytes; the real model
 is built only for weights that fill it exactly, so no setting makes a load allocate more
-than the file holds); the trainer's state of a ``last.pt`` is
-:mod:`~barter_mini.training.resume_contents`'s to check, with the same one-line checks
+than the file holds). Every other entry is its part's to check
+(:data:`~barter_mini.training.checkpoint_parts.PARTS`), with the same one-line checks
 (:func:`check_entry` and the predicates here).
 """
 
@@ -89,18 +89,6 @@ def check_entry(path: Path, name: str, value, check: Callable[[Any], bool], allo
         raise BarterError(f"{path}: {name} must be {allowed}, got {shown(value)}: the file is damaged or not "
                           "barter-mini's; retrain the run (into a new --out)")
 
-
-#: what a checkpoint's entries hold (checked by :func:`~barter_mini.training.checkpoints.check_checkpoint` where they are needed)
-ENTRY_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "run": (is_dict, "a dict of the run's settings"),
-    "recipe": (is_dict, "a dict of the recipe's settings"),
-    "controller": (is_dict, "a dict (the method's state)"),
-    "optimizer": (is_dict, "a dict (the optimizer's state)"),
-    "resume": (is_dict, "a dict (the trainer's state)"),
-    "epoch": (integer(0), "an integer >= 0"),
-    "step": (integer(0), "an integer >= 0"),
-    "val": (optional(are_scores), "None or the validation scores {acc, macro_f1} in [0, 1]"),
-}
 
 #: the :class:`~barter_mini.core.configs.ModelConfig` fields that count something, and the
 #: least each may be; ``conv_channels`` may also be None
@@ -277,5 +265,3 @@ def check_weights(expected: dict, found: Any, path: Path, optional: tuple[str, .
         raise BarterError(f"{path} holds {unknown[0]!r}{f' and {len(unknown) - 1} more' if len(unknown) > 1 else ''}, "
                           "which the model has no tensor for: pass a checkpoint of the same model")
 
-
-# ----------------------------------------------------------------------------- the resume state

@@ -1,10 +1,13 @@
 """Atomic writes and checkpoints: a crash never leaves a half-written result behind, and a
 file read back never runs code.
 
-A checkpoint is a dict saved with ``torch.save``: ``format`` (:data:`CHECKPOINT_FORMAT`), the
-run and recipe settings, the model configuration and per-layer ``allocation`` (so the
-compact model can be rebuilt with the right tensor sizes), the model and optimizer state,
-the method controller's state (``controller``), and the epoch, step and validation scores.
+A checkpoint is a dict saved with ``torch.save``: ``format``
+(:data:`~barter_mini.training.checkpoint_parts.CHECKPOINT_FORMAT`), ``version`` and one entry
+per part of :data:`~barter_mini.training.checkpoint_parts.PARTS`: the run and recipe settings,
+the model configuration and per-layer ``allocation`` (so the compact model can be rebuilt with
+the right tensor sizes), the model, optimizer and method controller's states, the epoch, step
+and validation scores, and what continuing the run needs (its length, progress, LR schedule,
+loss scaler and random generators).
 
 It holds only tensors, numbers, strings, None and plain containers (dicts, lists, tuples):
 settings as dicts, random generators' states as tensors, lists and ints. Every file is read
@@ -19,8 +22,10 @@ file (whatever error its unpickling or decoding ends in, :data:`DAMAGED_FILE_ERR
 zip that would inflate far beyond its own size (:func:`check_inflation`), refused before
 anything is inflated; a safetensors header whose length field exceeds the file
 (:func:`check_safetensors_header`); weights of other names, shapes or dtypes than the model's
-(:func:`~barter_mini.training.checkpoint_contents.check_weights`, the first tensor that differs); settings or a resume state of other
-types or ranges than a run writes (:func:`~barter_mini.training.checkpoint_contents.check_model_entries`, :func:`~barter_mini.training.resume_contents.check_resume_state`).
+(:func:`~barter_mini.training.checkpoint_contents.check_weights`, the first tensor that differs); settings or a
+resume state of other types or ranges than a run writes
+(:func:`~barter_mini.training.checkpoint_contents.check_model_entries`, each part's own check:
+:func:`~barter_mini.training.checkpoint_parts.check_resume_state`).
 A model is built for real only once the file's tensors, whose bytes it holds, are known to
 fill it exactly (:func:`~barter_mini.training.checkpoint_contents.model_shapes` builds it on the meta device first), so no setting in a
 file makes a load allocate more than the file holds.
@@ -51,20 +56,16 @@ from typing import Any, Callable
 import torch
 
 from ..core.models import CompactTransformer, build_model
-from ..errors import BarterError, choose, shown_path
-from .checkpoint_contents import (ENTRY_CHECKS, building_from, check_entry, check_model_entries, check_weights,
-                                  finite_number, model_shapes)
-from .methods import METHODS
+from ..errors import BarterError, shown_path
+from .checkpoint_contents import building_from, check_model_entries, check_weights, model_shapes
+from .checkpoint_parts import CHECKPOINT_FORMAT, MODEL_USE, PART_BY_NAME, RESUME_USE, RUN_USE, keys_for
 
-#: the layout of every checkpoint this version writes and reads (``best.pt``, ``last.pt``);
-#: 3: only plain types (NumPy's generator states as lists), read with ``weights_only=True``
-CHECKPOINT_FORMAT = 3
 #: what a checkpoint needs to rebuild its model (:func:`model_from_checkpoint`; ``--init``, exports)
-MODEL_KEYS = ("model_config", "allocation", "model")
+MODEL_KEYS = keys_for(MODEL_USE)
 #: ... and to be a training run's (``best.pt``, ``last.pt``: its settings, controller, scores)
-RUN_KEYS = MODEL_KEYS + ("run", "controller", "epoch", "val")
+RUN_KEYS = keys_for(RUN_USE)
 #: ... and to continue it exactly (``last.pt`` with ``--resume``)
-RESUME_KEYS = RUN_KEYS + ("recipe", "optimizer", "step", "resume")
+RESUME_KEYS = keys_for(RESUME_USE)
 #: a temporary file of an atomic write of the result ``name``: ``.NAME.`` and mkstemp's suffix
 TEMPORARY_PREFIX = ".{name}."
 
@@ -410,34 +411,19 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu", keys: 
 def check_checkpoint(checkpoint: Any, path: Path, keys: tuple[str, ...] = MODEL_KEYS,
                      use: str = "rebuilding its model") -> dict:
     """``checkpoint`` (what :func:`load_plain` read from ``path``) if it is a checkpoint of
-    :data:`CHECKPOINT_FORMAT` that holds ``keys`` and those of :data:`~barter_mini.training.checkpoint_contents.ENTRY_CHECKS` among them
-    are of their kind, else a one-line error."""
+    :data:`~barter_mini.training.checkpoint_parts.CHECKPOINT_FORMAT` that holds ``keys``, each
+    of them what its part's ``entry`` check allows, else a one-line error (an earlier format
+    is one too: its layout is not this version's)."""
     if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
         found = checkpoint.get("format") if isinstance(checkpoint, dict) else type(checkpoint).__name__
         raise BarterError(f"{path} is not a barter-mini checkpoint of format {CHECKPOINT_FORMAT} "
                           f"(found {found!r}): retrain the run with this version")
     check_keys(checkpoint, path, keys, use)
     for key in keys:
-        if key in ENTRY_CHECKS:
-            check_entry(path, key, checkpoint[key], *ENTRY_CHECKS[key])
-    if "run" in keys:
-        check_run_settings(checkpoint["run"], path)
+        entry = PART_BY_NAME[key].entry if key in PART_BY_NAME else None
+        if entry is not None:
+            entry(path, key, checkpoint[key])
     return checkpoint
-
-
-def check_run_settings(run: dict, path: Path) -> None:
-    """The settings of a run read from the file ``path`` that are looked up or printed before
-    the run is compared with any other (``export``: its method and density), refused in one
-    line that names the file: a method this version lacks, a density outside (0, 1]."""
-    if "method" in run:
-        try:
-            choose("method", run["method"], METHODS)
-        except BarterError as error:
-            raise BarterError(f"{path}: the run's {error}: the file is damaged or of another version; "
-                              "retrain the run") from None
-    if "density" in run:
-        check_entry(path, "run.density", run["density"], lambda v: finite_number(0.0, 1.0)(v) and v > 0,
-                    "a number in (0, 1]")
 
 
 def model_from_checkpoint(checkpoint: dict, device: torch.device | str = "cpu",

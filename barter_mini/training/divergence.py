@@ -47,7 +47,8 @@ def check_validation_loss(loss: float, step: int, num_classes: int) -> None:
 
 
 def divergence_record(diverged: TrainingDiverged) -> dict:
-    """What last.pt keeps of a divergence (:attr:`~barter_mini.training.trainer.Training.diverged`): enough to raise it again."""
+    """What last.pt keeps of a divergence (:attr:`~barter_mini.training.progress.Progress.diverged`):
+    enough to raise it again."""
     return {"step": diverged.step, "what": diverged.what, "hint": diverged.hint}
 
 

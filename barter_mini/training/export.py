@@ -8,9 +8,11 @@ Each method says how (:meth:`~barter_mini.core.method.MethodController.smallest_
 * The unstructured masked methods (SET, SNFS, RigL, SRigL) and dense: the full-size model,
   zeros included; dense kernels cannot use unstructured zeros.
 
-The exported file is a checkpoint of :data:`~barter_mini.training.checkpoints.CHECKPOINT_FORMAT`
-with the model alone, so :func:`~barter_mini.training.checkpoints.model_from_checkpoint`
-rebuilds it.
+The exported file is a checkpoint of :data:`~barter_mini.training.checkpoint_parts.CHECKPOINT_FORMAT`
+with the model alone, its method and density: the entries a model needs, written by the rows
+of :data:`~barter_mini.training.checkpoint_parts.PARTS` that a run's checkpoint is written by
+(:func:`~barter_mini.training.checkpoint_parts.entries_for`), so
+:func:`~barter_mini.training.checkpoints.model_from_checkpoint` rebuilds it.
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ import contextlib
 import os
 import secrets
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
+from ..core.configs import ModelConfig
 from ..core.counting import count_parameters
-from ..core.surgery import allocation_of
 from .checkpoint_contents import building_from
-from .checkpoints import CHECKPOINT_FORMAT, RUN_KEYS, failed_write, load_checkpoint, model_from_checkpoint
+from .checkpoint_parts import CHECKPOINT_FORMAT, MODEL_USE, entries_for
+from .checkpoints import RUN_KEYS, failed_write, load_checkpoint, model_from_checkpoint
 from ..errors import BarterError
 from .methods import get_method
 from .run_folder import RUN_FILES, RUN_LOCK
@@ -109,8 +113,8 @@ def _export(path: Path, out: Path, folder_fd: int) -> dict:
     with building_from(path):           # the method and its state are the file's: a refusal names it
         model = get_method(method).controller.smallest_dense_form(model, state["controller"])
     exported = {"format": CHECKPOINT_FORMAT, "method": method, "density": state["run"]["density"],
-                "model_config": state["model_config"], "allocation": allocation_of(model).as_dict(),
-                "model": model.state_dict()}
+                **entries_for(MODEL_USE, SimpleNamespace(config=ModelConfig.from_dict(state["model_config"]),
+                                                         model=model))}
     save_in_folder(folder_fd, out, exported)
     return {"method": method, "density": state["run"]["density"], "params": count_parameters(model),
             "allocation": exported["allocation"], "out": str(out)}

@@ -1,6 +1,6 @@
 """What a run records of its training loss, and when it reads it from the device.
 
-Every batch's loss and accuracy go to the run's :class:`~barter_mini.training.trainer.Progress`:
+Every batch's loss and accuracy go to the run's :class:`~barter_mini.training.progress.Progress`:
 the epoch's losses, the losses by optimizer step (the windows around updates in
 metrics.json) and, every :data:`LOG_EVERY` optimizer steps, a point of the training curve,
 checked against chance (:func:`~barter_mini.training.divergence.check_loss_against_chance`).
@@ -33,7 +33,8 @@ def read_losses(t) -> float | None:
     here (a graphed run's) stops the run at its step. Returns the last loss recorded."""
     if not t.unread:
         return None
-    unread, t.unread = t.unread, []
+    unread = list(t.unread)
+    t.unread.clear()
     on_device = [value for loss, accuracy, _, _ in unread for value in (loss, accuracy) if torch.is_tensor(value)]
     read = iter(torch.stack(on_device).tolist() if on_device else [])
     p = t.progress

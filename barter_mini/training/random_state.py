@@ -3,7 +3,8 @@
 Python's ``random`` state is a tuple of ints, torch's a uint8 tensor; NumPy's global
 generator (the legacy ``RandomState``) gives its MT19937 key as an array, which the
 restricted unpickler that reads checkpoints (``weights_only=True``) does not build, so it is
-kept as a list of ints and turned back into ``uint32`` on restore.
+kept as a list of ints and turned back into ``uint32`` on restore. :class:`RandomGenerators` is
+the checkpoint's part of them: every process's, since each draws its own augmentations.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import random
 
 import numpy as np
 import torch
+
+from ..core import distributed
+from .parallel import own_state
 
 
 def capture_generators() -> dict:
@@ -32,3 +36,14 @@ def restore_generators(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if state["cuda"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class RandomGenerators:
+    """Every process's generators as one checkpoint part (``state_dict``: the list of each
+    process's :func:`capture_generators`; ``load_state_dict``: this process's entry restored)."""
+
+    def state_dict(self) -> list[dict]:
+        return distributed.all_gather(capture_generators())
+
+    def load_state_dict(self, states: list[dict]) -> None:
+        restore_generators(own_state(states, "random generators"))

@@ -22,7 +22,7 @@ from pathlib import Path
 from ..core import distributed
 from ..errors import BarterError
 from . import parallel
-from .resume_contents import check_resume_state
+from .checkpoint_parts import check_resume_state
 from .checkpoints import (RESUME_KEYS, RUN_KEYS, load_checkpoint, read_json, remove_temporary_files,
                           save_checkpoint)
 from .locking import HeldLock, exclusive_lock
@@ -85,7 +85,8 @@ def resume_point(out: Path, run: RunConfig) -> tuple[dict | None, dict | None]:
         return metrics, None
     if (out / "last.pt").is_file():
         checkpoint = load_checkpoint(out / "last.pt", keys=RESUME_KEYS, use="resuming the run (--resume)")
-        check_resume_state(checkpoint, out / "last.pt", lambda model: [group["params"] for group in parameter_groups(model, 0.0)])
+        check_resume_state(checkpoint, out / "last.pt",
+                           lambda model: [group["params"] for group in parameter_groups(model, 0.0)])
         _check_same_run(out / "last.pt", checkpoint["run"], run)
         return None, checkpoint
     if (out / "best.pt").is_file():       # killed between the first best.pt and last.pt: start again

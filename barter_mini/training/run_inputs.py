@@ -105,7 +105,7 @@ def run_length(run: RunConfig, recipe: Recipe, steps_per_epoch: int, gflops_per_
     epochs, or as many steps as a compute budget (``pflops``) buys; a resumed run keeps the
     length fixed when it started."""
     if checkpoint is not None:
-        return checkpoint["resume"]["total_steps"], replace(recipe, epochs=checkpoint["resume"]["epochs"])
+        return checkpoint["length"]["total_steps"], replace(recipe, epochs=checkpoint["length"]["epochs"])
     if run.pflops is None:
         return recipe.epochs * steps_per_epoch, recipe
     total_steps = steps_for_compute(run.pflops, gflops_per_image, recipe.batch_size)

@@ -36,7 +36,7 @@ import logging
 import math
 import signal
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -52,18 +52,18 @@ from ..core.compilation import graphs_compiled
 from ..core.counting import count_parameters, training_gflops_per_image
 from ..core.method import MethodController
 from ..core.models import get_model_config
-from ..core.surgery import allocation_of
 from ..errors import BarterError, TrainingDiverged, TrainingInterrupted, check_integer
-from .checkpoints import CHECKPOINT_FORMAT, RUN_KEYS, check_can_create, load_checkpoint, model_from_checkpoint, write_json
+from .checkpoint_parts import CheckpointManager, run_states
+from .checkpoints import RUN_KEYS, check_can_create, load_checkpoint, model_from_checkpoint, write_json
 from . import parallel, run_folder
 from .data import make_loaders
 from .evaluation import evaluate
 from .loss_records import LOG_EVERY, check_recent_losses, read_losses
 from .divergence import check_validation_loss, divergence_record, diverged_again
 from .methods import get_method
-from .random_state import capture_generators, restore_generators
 from .run_config import RunConfig
 from .parts import RunParts, build_parts
+from .progress import Progress
 from .run_inputs import build_run_model, load_splits, run_length
 from .optimization import resolve_device, resolve_recipe, seed_everything
 from .recipes import Recipe
@@ -73,56 +73,12 @@ from .recipes import Recipe
 UPDATE_WINDOW = 10
 
 
-@dataclass
-class Progress:
-    """How far a run has come: what ``last.pt`` keeps (``resume``) and a resumed run restores,
-    through one symmetric pair, :meth:`state_dict` and :meth:`load_state_dict`."""
-
-    #: the cumulative training GFLOPs so far: each segment between topology updates at its own cost
-    train_gflops: float = 0.0
-    #: wall seconds spent in the controller's after_step calls that changed the model
-    update_seconds: float = 0.0
-    step: int = 0
-    #: batches whose fp16 gradients overflowed: trained on, but no optimizer step (not in ``step``)
-    skipped_steps: int = 0
-    best_acc: float = -1.0
-    history: list = field(default_factory=list)
-    curve: list = field(default_factory=list)
-    window: list = field(default_factory=list)
-    #: the training loss of every step so far (for the windows around updates)
-    step_losses: list = field(default_factory=list)
-    #: the epoch in progress or next to start (1-based), the batches of it already trained,
-    #: their losses, and the training loader's generator state at its start
-    epoch: int = 1
-    batches_done: int = 0
-    epoch_losses: list = field(default_factory=list)
-    epoch_loader_state: torch.Tensor | None = None
-    #: the last completed epoch's validation scores
-    last_val: dict | None = None
-
-    def state_dict(self) -> dict:
-        return {spec.name: _copy(getattr(self, spec.name)) for spec in fields(self)}
-
-    def load_state_dict(self, state: dict) -> None:
-        for spec in fields(self):
-            setattr(self, spec.name, _copy(state[spec.name]))
-
-
-def _copy(value):
-    return list(value) if isinstance(value, list) else value
-
-
-@dataclass
+@dataclass(frozen=True)
 class Training:
-    """A run in progress: its settings, its parts (:func:`~barter_mini.training.parts.build_parts`,
-    frozen), its data, LR schedule and length, and its :class:`Progress`; what
-    :func:`build_training` sets up and :func:`fit_one_epoch` advances."""
-
-    def __setattr__(self, name: str, value) -> None:
-        if name in ("parts", "model", "optimizer", "controller") and "parts" in self.__dict__:
-            raise BarterError("a run's parts are fixed when it is built: its graphed step and its checkpoints "
-                              "hold them; wrap the controller through build_training(wrap_controller=...)")
-        super().__setattr__(name, value)
+    """A run in progress: its settings, its parts (:func:`~barter_mini.training.parts.build_parts`),
+    its data, LR schedule and length, fixed when :func:`build_training` sets it up (frozen: its
+    graphed step and its checkpoints hold its parts, so none can be swapped), and its
+    :class:`~barter_mini.training.progress.Progress`, all that :func:`fit_one_epoch` advances."""
 
     run: RunConfig
     recipe: Recipe
@@ -132,24 +88,14 @@ class Training:
     scheduler: CosineLRScheduler
     loaders: tuple
     total_steps: int
-    started: float
-    #: training GFLOPs per image of the tensors as they are now (3 x forward; recomputed on resume)
-    gflops_per_image: float = 0.0
     progress: Progress = field(default_factory=Progress)
-    #: what the training step calls: the model, or its DDP replica (training.parallel)
-    forward: nn.Module | None = None
     #: Dynamo's graph count when the run started (--compile: the difference counts recompiles)
     graphs_at_start: int = 0
-    #: why the run stopped for divergence (:func:`~barter_mini.training.divergence.divergence_record`), else None: last.pt keeps
-    #: it, so a resume of a diverged run stops with the same line instead of training on
-    diverged: dict | None = None
     #: optimizer steps between host reads of the training loss and accuracy
     #: (:func:`~barter_mini.training.loss_records.read_losses`): 1 reads and checks each loss
     #: before its backward pass; a graphed run keeps them on the device and reads
     #: :data:`~barter_mini.training.loss_records.LOG_EVERY` at once, one transfer, not a wait per step
     read_every: int = 1
-    #: ``(loss, accuracy, stepped, step)`` of the batches not yet recorded (tensors where unread)
-    unread: list = field(default_factory=list)
 
     @property
     def model(self) -> nn.Module:
@@ -163,36 +109,19 @@ class Training:
     def controller(self) -> MethodController:
         return self.parts.controller
 
+    @property
+    def unread(self) -> list:
+        """``(loss, accuracy, stepped, step)`` of the batches not yet recorded (tensors where unread)."""
+        return self.progress.unread
+
+    @property
+    def checkpoints(self) -> CheckpointManager:
+        """The run's parts as a checkpoint (:data:`~barter_mini.training.checkpoint_parts.PARTS`)."""
+        return CheckpointManager(states=run_states(self))
+
     def checkpoint(self) -> dict:
         """The model and everything needed to continue exactly from here (:func:`resume_training`)."""
-        p = self.progress
-        return {"format": CHECKPOINT_FORMAT, "version": __version__, "run": asdict(self.run),
-                "recipe": asdict(self.recipe), "model_config": asdict(self.config),
-                "allocation": allocation_of(self.model).as_dict(), "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "controller": self.controller.state_dict(),
-                "epoch": p.epoch - 1, "step": p.step, "val": p.last_val,
-                "resume": self.resume_state(), "diverged": self.diverged}
-
-    def resume_state(self) -> dict:
-        """The trainer's side of an exact resume: the :class:`Progress` (position in the data,
-        records), the length fixed when the run started, the LR schedule, every process's
-        random generators (they draw different augmentations), the loss scaler and the
-        elapsed time."""
-        scaler = self.parts.scaler
-        return {**self.progress.state_dict(), "total_steps": self.total_steps, "epochs": self.recipe.epochs,
-                "scheduler": self.scheduler.state_dict(), "rng": distributed.all_gather(capture_generators()),
-                "scaler": None if scaler is None else scaler.state_dict(),
-                "elapsed_s": time.perf_counter() - self.started}
-
-    def load_resume_state(self, state: dict) -> None:
-        """Restore :meth:`resume_state` (the length and recipe: :func:`~barter_mini.training.run_inputs.run_length`)."""
-        self.progress.load_state_dict(state)
-        self.scheduler.load_state_dict(state["scheduler"])
-        if self.parts.scaler is not None:
-            self.parts.scaler.load_state_dict(state["scaler"])
-        if self.progress.epoch_loader_state is not None:     # the shuffle of the epoch the run continues in
-            self.loaders[0].generator.set_state(self.progress.epoch_loader_state)
-        self.started = time.perf_counter() - state["elapsed_s"]
+        return self.checkpoints.state_dict()
 
 
 def build_training(run: RunConfig, checkpoint: dict | None = None, wrap_controller=None) -> Training:
@@ -230,8 +159,9 @@ def build_training(run: RunConfig, checkpoint: dict | None = None, wrap_controll
             warmup_prefix=True, t_in_epochs=False)
     finally:
         cosine_log.setLevel(level)
-    t = Training(run, recipe, config, device, parts, scheduler, loaders, total_steps, started=time.perf_counter(),
-                 gflops_per_image=gflops)
+    t = Training(run, recipe, config, device, parts, scheduler, loaders, total_steps,
+                 Progress(gflops_per_image=gflops), graphs_at_start=graphs_compiled(),
+                 read_every=LOG_EVERY if parts.graphed is not None else 1)
     if checkpoint is not None:
         try:
             resume_training(t, checkpoint)
@@ -244,26 +174,21 @@ def build_training(run: RunConfig, checkpoint: dict | None = None, wrap_controll
                               "train it again into a new --out") from None
     elif distributed.is_distributed():   # the model is built: now each process draws its own augmentations
         torch.manual_seed(int(np.random.SeedSequence([run.seed, distributed.rank()]).generate_state(1)[0]))
-    t.graphs_at_start = graphs_compiled()
-    t.forward = parallel.wrap(t.model, device)
-    t.read_every = LOG_EVERY if parts.graphed is not None else 1
+    t.progress.forward = parallel.wrap(t.model, device)
     return t
 
 
 def resume_training(t: Training, checkpoint: dict) -> None:
     """Put a freshly built run (tensors already of the checkpoint's sizes) back where
-    ``checkpoint`` left it: weights, optimizer moments (its parameter groups already point at
-    this model's tensors), the controller's statistics, masks, RNGs and counts, and the
-    trainer's :meth:`~Training.resume_state` (LR schedule, progress, position in the epoch).
-
-    Every random generator is restored last: building the model drew from them."""
-    state = checkpoint["resume"]
-    t.model.load_state_dict(checkpoint["model"])
-    t.optimizer.load_state_dict(checkpoint["optimizer"])
-    t.controller.load_state_dict(checkpoint["controller"])
-    t.load_resume_state(state)
-    t.gflops_per_image = training_gflops_per_image(t.model)
-    restore_generators(parallel.own_state(state["rng"], "random generators"))
+    ``checkpoint`` left it: every part of :data:`~barter_mini.training.checkpoint_parts.PARTS`
+    loaded in its order (weights, optimizer moments, whose parameter groups already point at
+    this model's tensors, the controller's statistics, masks, RNGs and counts, the progress,
+    the LR schedule, the loss scaler; every random generator last: building the model drew
+    from them), then the training loader's shuffle set to the epoch the run continues in."""
+    t.checkpoints.load_state_dict(checkpoint)
+    if t.progress.epoch_loader_state is not None:
+        t.loaders[0].generator.set_state(t.progress.epoch_loader_state)
+    t.progress.gflops_per_image = training_gflops_per_image(t.model)
 
 
 def train_step(t: Training, x: torch.Tensor, y: torch.Tensor) -> tuple:
@@ -288,10 +213,11 @@ def train_step(t: Training, x: torch.Tensor, y: torch.Tensor) -> tuple:
             raise TrainingDiverged(progress.step + 1, f"the training loss is {measured[0]}")
 
     deferred = t.read_every > 1
-    outcome = t.parts.step(x, y, progress.step + 1, check_loss=None if deferred else check_loss, forward=t.forward)
+    outcome = t.parts.step(x, y, progress.step + 1, check_loss=None if deferred else check_loss,
+                           forward=progress.forward)
     if deferred:         # copies: a graph's next replay overwrites its output buffers
         measured = [outcome.loss.detach().float().clone(), (outcome.logits.argmax(dim=1) == y).float().mean()]
-    progress.train_gflops += t.gflops_per_image * x.shape[0] * distributed.world_size()
+    progress.train_gflops += progress.gflops_per_image * x.shape[0] * distributed.world_size()
     if outcome.skipped:
         progress.skipped_steps += 1
         return measured[0], measured[1], False
@@ -300,8 +226,8 @@ def train_step(t: Training, x: torch.Tensor, y: torch.Tensor) -> tuple:
     if outcome.changed is not None:
         progress.update_seconds += outcome.update_seconds
         if not get_method(t.run.method).full_width:
-            t.gflops_per_image = training_gflops_per_image(t.model)  # the tensors changed size
-            t.forward = parallel.wrap(t.model, t.device)      # DDP's buckets hold the old tensors
+            progress.gflops_per_image = training_gflops_per_image(t.model)  # the tensors changed size
+            progress.forward = parallel.wrap(t.model, t.device)      # DDP's buckets hold the old tensors
     return measured[0], measured[1], True
 
 
@@ -335,7 +261,7 @@ def fit_one_epoch(t: Training, after_each_step=None) -> dict:
     check_validation_loss(val["loss"], p.step, t.config.num_classes)
     entry = {"epoch": epoch, "step": p.step, "train_loss": float(np.mean(p.epoch_losses)),
              "val_acc": val["acc"], "val_macro_f1": val["macro_f1"],
-             "lr": t.optimizer.param_groups[0]["lr"], "elapsed_s": time.perf_counter() - t.started}
+             "lr": t.optimizer.param_groups[0]["lr"], "elapsed_s": time.perf_counter() - p.started}
     p.history.append(entry)
     p.last_val = {"acc": val["acc"], "macro_f1": val["macro_f1"]}
     p.epoch, p.batches_done, p.epoch_losses = epoch + 1, 0, []
@@ -373,7 +299,7 @@ def control_steps(updates: list[int]) -> list[int]:
 
 def finalize(t: Training, out: Path) -> dict:
     """Test the best checkpoint and write ``metrics.json``; return the metrics."""
-    train_time = time.perf_counter() - t.started
+    train_time = time.perf_counter() - t.progress.started
     best = load_checkpoint(out / "best.pt", map_location=t.device, keys=RUN_KEYS, use="testing the best model")
     best_model = model_from_checkpoint(best, t.device, path=out / "best.pt")
     test = evaluate(best_model, t.loaders[2], t.device, t.parts.execution)
@@ -384,7 +310,7 @@ def finalize(t: Training, out: Path) -> dict:
         "device": t.device.type, "steps": t.progress.step, "best_epoch": best["epoch"],
         "val_acc": best["val"]["acc"], "val_macro_f1": best["val"]["macro_f1"],
         "test_acc": test["acc"], "test_macro_f1": test["macro_f1"],
-        "wall_time_s": time.perf_counter() - t.started, "train_time_s": train_time,
+        "wall_time_s": time.perf_counter() - t.progress.started, "train_time_s": train_time,
         "params": count_parameters(best_model),
         "train_gflops_per_image": training_gflops_per_image(best_model),
         "train_pflops": t.progress.train_gflops / 1e6,
@@ -454,7 +380,7 @@ def _train_in(run: RunConfig, out: Path, checkpoint: dict | None, checkpoint_eve
             diverged.checkpoint, diverged.kept_step = out / "last.pt", t.progress.step
             diverged.hint = (f"the learning rate {t.recipe.lr:g} may be too high: "
                              "try a smaller --lr, in another --out")
-            t.diverged = divergence_record(diverged)
+            t.progress.diverged = divergence_record(diverged)
             run_folder.write_checkpoint(out / "last.pt", t.checkpoint())
             raise
         return finalize(t, out)
