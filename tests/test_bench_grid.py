@@ -8,13 +8,13 @@ import pytest
 
 from barter_mini.book.efficiency import BENCH_GRID, BenchGrid
 from barter_mini.errors import BarterError
-from barter_mini.measure.bench import DEFAULT_METHODS
+from barter_mini.training.methods import bench_methods
 
 
 def test_the_recorded_grid_holds_every_case_of_every_run_with_its_provenance():
-    assert BENCH_GRID.methods == DEFAULT_METHODS           # the grid measures what the bench measures
+    assert BENCH_GRID.methods == bench_methods()          # the grid measures what the bench measures
     grid = BENCH_GRID.read()
-    cases = {(model, method, density) for model, _ in BENCH_GRID.models for method in DEFAULT_METHODS
+    cases = {(model, method, density) for model, _ in BENCH_GRID.models for method in bench_methods()
              for density in ([1.0] if method == "dense" else BENCH_GRID.densities)}
     for repeat in range(BENCH_GRID.repeats):
         run = grid[grid["repeat"] == repeat]

@@ -30,11 +30,6 @@ def runs(tmp_path_factory):
     return results
 
 
-def test_the_method_names():
-    assert set(METHODS) == {"dense", "static", "oneshot", "barter", "random-receiver", "random-donor", "random-pair",
-                            "set", "snfs", "rigl", "srigl", "s2vite"}
-
-
 @pytest.mark.parametrize("method", FROM_SCRATCH)
 def test_every_method_learns_and_keeps_its_density(runs, method):
     _, metrics = runs[method]

@@ -5,14 +5,15 @@ the chapter's tables, checks and figures are written in its cells."""
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 import torch
 
 from ..errors import BarterError
-from ..measure.bench import DEFAULT_METHODS, bench
+from ..measure.bench import bench
+from ..training.methods import bench_methods
 from ..training.checkpoints import write_csv_atomically
 from .recorded_grid import recorded_data_dir
 from .tables import settings_markdown
@@ -83,7 +84,7 @@ class BenchGrid:
     """
 
     models: tuple[tuple[str, int], ...] = (("cct-paper", 16), ("vit-paper", 16))
-    methods: tuple[str, ...] = DEFAULT_METHODS
+    methods: tuple[str, ...] = field(default_factory=bench_methods)
     densities: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7)
     steps: int = 5
     warmup: int = 2

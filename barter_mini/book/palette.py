@@ -9,61 +9,65 @@ from matplotlib.collections import LineCollection, PathCollection, PolyCollectio
 from matplotlib.colors import to_rgba
 
 from ..errors import BarterError
+from ..training.methods import METHODS
 
 
-#: the book's methods, in the order of its tables and legends
-METHOD_ORDER = ("dense", "set", "snfs", "rigl", "srigl", "s2vite", "static", "oneshot",
-                "random-receiver", "random-donor", "random-pair", "barter")
 #: BARTER's colour: a fully saturated dark red, alone in its part of the hue circle and, for
 #: readers with any of the three colour-vision deficiencies, further from every other method
 #: than the book's tests require (simulated with colorspacious)
-BARTER_COLOR = (0.75, 0.0, 0.0)
-#: dense, the full-density reference, is the one grey
-DENSE_COLOR = (0.3, 0.3, 0.3)
+BARTER_COLOR = METHODS["barter"].look.color
 #: hue (degrees) kept clear on either side of BARTER's red
 BARTER_HUE_GAP = 45.0
-#: (method, HLS lightness, HLS saturation) of the other methods, in hue order from
-#: BARTER_HUE_GAP to 360 - BARTER_HUE_GAP. Lightness alternates so that neighbours differ,
-#: and the order was searched so that no method looks like BARTER under protanomaly,
-#: deuteranomaly or tritanomaly (the red-green pairs of the first palette did).
-_HUE_CIRCLE = (("random-receiver", 0.70, 0.60), ("set", 0.48, 0.65), ("random-donor", 0.55, 0.60),
-               ("oneshot", 0.70, 0.80), ("random-pair", 0.32, 0.65), ("rigl", 0.45, 0.50),
-               ("s2vite", 0.42, 0.60), ("srigl", 0.28, 0.65), ("static", 0.45, 0.80),
-               ("snfs", 0.32, 0.55))
-#: one marker per method, so that no figure depends on colour alone: BARTER the large star
-METHOD_MARKERS = {"dense": "o", "set": "v", "snfs": "<", "rigl": "^", "srigl": ">", "s2vite": "P",
-                  "static": "s", "oneshot": "X", "random-receiver": "d", "random-donor": "h",
-                  "random-pair": "p", "barter": "*"}
 
 
-def _method_palette() -> dict[str, tuple[float, float, float]]:
-    """One RGB colour per method of :data:`METHOD_ORDER`.
+def method_order() -> tuple[str, ...]:
+    """The book's methods, in the order of its tables and legends: the registry's
+    (:data:`~barter_mini.training.methods.METHODS`)."""
+    return tuple(METHODS)
 
-    BARTER is a fully saturated red; every other method but dense gets its own hue, evenly
-    spaced over the rest of the circle (270 / 9 = 30 degrees apart), so no two methods
-    share a hue and BARTER's nearest neighbour is further from it (45 degrees) than any
-    other method's. Dense, a reference line, is grey. Each method also has its own marker
-    (:data:`METHOD_MARKERS`), so no figure relies on colour alone.
+
+def method_markers() -> dict[str, str]:
+    """One marker per method, so that no figure depends on colour alone: BARTER the large star."""
+    return {name: method.look.marker for name, method in METHODS.items()}
+
+
+def method_palette() -> dict[str, tuple[float, float, float]]:
+    """One RGB colour per method of the registry, from its :class:`~barter_mini.training.methods.Look`.
+
+    A method with a fixed colour keeps it (BARTER a fully saturated red, dense grey); the
+    others take hue slots evenly spaced over the circle outside BARTER's gap: slot ``k`` of
+    ``n`` at ``BARTER_HUE_GAP + k (360 - 2 BARTER_HUE_GAP) / (n - 1)`` degrees (30 degrees
+    apart for the ten of today), so no two methods share a hue and BARTER's nearest
+    neighbour is further from it (45 degrees) than any other method's.
     """
-    span = 360.0 - 2 * BARTER_HUE_GAP
-    step = span / (len(_HUE_CIRCLE) - 1)
-    palette = {"dense": DENSE_COLOR, "barter": BARTER_COLOR}
-    for i, (method, lightness, saturation) in enumerate(_HUE_CIRCLE):
-        hue = (BARTER_HUE_GAP + i * step) / 360.0
-        palette[method] = tuple(float(c) for c in colorsys.hls_to_rgb(hue, lightness, saturation))
-    return {method: palette[method] for method in METHOD_ORDER}
+    slots = sorted(method.look.hue_slot for method in METHODS.values() if method.look.color is None)
+    step = (360.0 - 2 * BARTER_HUE_GAP) / max(len(slots) - 1, 1)
+    palette = {}
+    for name, method in METHODS.items():
+        look = method.look
+        if look.color is not None:
+            palette[name] = tuple(float(c) for c in look.color)
+        else:
+            hue = (BARTER_HUE_GAP + slots.index(look.hue_slot) * step) / 360.0
+            palette[name] = tuple(float(c) for c in colorsys.hls_to_rgb(hue, look.lightness, look.saturation))
+    return palette
 
 
-#: one colour per method, shared by every figure of the book: BARTER pure red, 45 degrees of
-#: hue clear on either side; the others 30 degrees apart over the rest of the circle;
-#: dense grey
-METHOD_PALETTE = _method_palette()
+#: what :func:`method_order`, :func:`method_palette` and :func:`method_markers` give, read
+#: from the registry when the name is imported
+_FROM_REGISTRY = {"METHOD_ORDER": method_order, "METHOD_PALETTE": method_palette, "METHOD_MARKERS": method_markers}
+
+
+def __getattr__(name: str):
+    if name in _FROM_REGISTRY:
+        return _FROM_REGISTRY[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def method_style(method: str) -> dict:
     """Colour, marker and size of ``method``'s points and lines: BARTER drawn larger and on top."""
     barter = method == "barter"
-    return {"color": METHOD_PALETTE[method], "marker": METHOD_MARKERS[method], "ms": 11 if barter else 6,
+    return {"color": method_palette()[method], "marker": METHODS[method].look.marker, "ms": 11 if barter else 6,
             "zorder": 3 if barter else 2}
 
 
@@ -85,7 +89,8 @@ def method_legend(fig, columns: int = 6):
         method = _method_named(label)
         if method == "barter":
             return (0, 0)
-        return (1, METHOD_ORDER.index(method)) if method in METHOD_ORDER else (2, 0)
+        order = method_order()
+        return (1, order.index(method)) if method in order else (2, 0)
     labels = sorted(handles, key=rank)
     if not labels:
         return None
@@ -116,18 +121,19 @@ def _drawn_colours(ax) -> list[tuple[float, float, float]]:
 
 
 def methods_missing_from_legend(fig) -> list[str]:
-    """The methods ``fig`` draws in their colour (:data:`METHOD_PALETTE`, as
+    """The methods ``fig`` draws in their colour (:func:`method_palette`, as
     :func:`method_style` gives it) that no legend of the figure names (a figure legend or a
     panel's; a label names the method it starts with, as in :func:`method_legend`), in the
     book's method order."""
     drawn = set()
+    palette = method_palette()
     for ax in fig.axes:
         for colour in _drawn_colours(ax):
-            drawn |= {method for method, rgb in METHOD_PALETTE.items()
+            drawn |= {method for method, rgb in palette.items()
                       if max(abs(a - b) for a, b in zip(colour, rgb)) <= COLOUR_TOLERANCE}
     legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
     named = {_method_named(text.get_text()) for legend in legends for text in legend.get_texts()}
-    return [method for method in METHOD_ORDER if method in drawn and method not in named]
+    return [method for method in method_order() if method in drawn and method not in named]
 
 
 def require_method_legend(fig) -> None:

@@ -13,6 +13,7 @@ other values of its parameters, kept in ``data/NAME_grid.csv``
       seeds: $seeds
     recorded:
       from_scratch:              # data/from_scratch_grid.csv
+        methods: registry:from_scratch   # the methods whose registry row is in this grid
         densities: [0.1, 0.3, 0.7]
         seeds: [0, 1, 2]
 
@@ -35,6 +36,7 @@ import yaml
 
 from ..errors import BarterError, choose
 from ..training.cache import cached_train
+from ..training.methods import grid_methods
 from ..training.run_config import RunConfig
 from ..training.sweep import Stage
 from .build import REPO, source_notebooks
@@ -144,6 +146,22 @@ def chapter_parameters(path: Path, overrides: dict | None = None, profile: str |
     return parameters
 
 
+#: how a plan names the methods of one of the registry's grids: ``registry:GRID``
+REGISTRY_PREFIX = "registry:"
+
+
+def _registry_methods(value, where: str):
+    """``value``, or the methods of the registry's grid it names (``"registry:from_scratch"``,
+    :func:`~barter_mini.training.methods.grid_methods`), so that a new method's row puts it
+    in the recorded grids."""
+    if isinstance(value, str) and value.startswith(REGISTRY_PREFIX):
+        try:
+            return list(grid_methods(value[len(REGISTRY_PREFIX):]))
+        except BarterError as error:
+            raise BarterError(f"{where}: {error}") from None
+    return value
+
+
 def _bind(value, parameters: dict, where: str):
     """``value`` with each ``"$name"`` replaced by the notebook's parameter ``name``."""
     if isinstance(value, str) and value.startswith("$"):
@@ -223,7 +241,9 @@ def read_plan(notebook: Path) -> ChapterPlan | None:
     arguments = dict(data["runs"])
     kind = arguments.pop("kind", None)
     choose(f"kind of runs in {path.name}", kind, KINDS)
-    plan = ChapterPlan(Path(notebook), kind, arguments, dict(data.get("recorded") or {}))
+    recorded = {name: {key: _registry_methods(value, path.name) for key, value in (values or {}).items()}
+                for name, values in (data.get("recorded") or {}).items()}
+    plan = ChapterPlan(Path(notebook), kind, arguments, recorded)
     defaults = notebook_defaults(notebook)
     plan.bound(defaults)
     for name, values in plan.recorded.items():

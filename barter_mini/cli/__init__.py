@@ -18,7 +18,7 @@ from ..core.models import build_model, get_model_config
 from ..training.checkpoints import write_json
 from ..training.data import fetch_dataset, load_dataset
 from ..training.export import export_run
-from ..training.methods import METHODS
+from ..training.methods import METHODS, bench_methods
 from ..training.run_config import RunConfig
 from ..training.run_inputs import read_train_pflops
 from ..training.trainer import train
@@ -331,7 +331,7 @@ def _bench_parser(sub) -> None:
                                      "of every method and density, measured side by side")
     p.add_argument("--model", default="cct-paper", help=model_help)
     p.add_argument("--methods", type=arguments.comma_list(str, "method names"),
-                   help=f"comma-separated, from {', '.join(METHODS)} (default: dense,rigl,set,srigl,s2vite,static,barter)")
+                   help=f"comma-separated, from {', '.join(METHODS)} (default: {','.join(bench_methods())})")
     p.add_argument("--densities", type=arguments.comma_list(float, "densities"),
                    help="comma-separated densities in (0, 1] (default: 0.1,0.3,0.5,0.7)")
     p.add_argument("--batch", type=arguments.positive_int, default=32)

@@ -44,7 +44,7 @@ from ..core.counting import count_parameters, counted_training_gflops_per_image,
 from ..core.execution import EXECUTIONS, LOSS_SCALED, PRECISIONS, Execution
 from ..core.models import get_model_config
 from ..errors import BarterError, check_integer, choose
-from ..training.methods import check_methods, get_method
+from ..training.methods import bench_methods, check_methods, get_method
 from ..training.recipes import get_recipe
 from ..training.parts import RunParts, parts_for_new_model
 from ..training.run_config import RunConfig
@@ -55,7 +55,6 @@ from .timing import interleaved_times, timed
 
 #: what one epoch of each paper dataset holds (training images), for seconds per epoch
 EPOCH_IMAGES = {"cifar10": 50_000, "cifar100": 50_000, "tiny-imagenet": 100_000, "fashion-mnist": 60_000}
-DEFAULT_METHODS = ("dense", "rigl", "set", "srigl", "s2vite", "static", "barter")
 DEFAULT_DENSITIES = (0.1, 0.3, 0.5, 0.7)
 
 
@@ -135,9 +134,10 @@ def check_bench_arguments(model: str, methods, densities, batch: int, steps: int
                           precisions=None) -> list[tuple[str, float, str]]:
     """The (method, density, execution) cases to measure, dense once at rho = 1 (per
     execution); with ``precisions``, each execution in each of them (``eager`` in bf16 is
-    ``bf16``; fp16 has no graphs rows); one-line errors otherwise."""
+    ``bf16``; fp16 has no graphs rows); ``methods`` None: the registry's
+    :func:`~barter_mini.training.methods.bench_methods`; one-line errors otherwise."""
     config = get_model_config(model)
-    methods = check_methods(methods)
+    methods = check_methods(bench_methods() if methods is None else methods)
     if not densities:
         raise BarterError("--densities must list at least one density in (0, 1]")
     for density in densities:          # every one, even where only dense runs; and before any is measured
@@ -179,7 +179,7 @@ def compute_and_size(setup: TrainingStep) -> dict:
             "exported_train_gflops_per_image": training_gflops_per_image(exported)}
 
 
-def compute_and_size_rows(model: str = "cct-paper", methods=DEFAULT_METHODS, densities=DEFAULT_DENSITIES) -> list[dict]:
+def compute_and_size_rows(model: str = "cct-paper", methods=None, densities=DEFAULT_DENSITIES) -> list[dict]:
     """:func:`compute_and_size` of every method and density, without timing anything."""
     rows = []
     for method, density, _ in check_bench_arguments(model, methods, densities, 1, 1):
@@ -334,7 +334,7 @@ def timing_columns(setup: TrainingStep, times: list[float], device: torch.device
     return columns
 
 
-def bench(model: str = "cct-paper", methods=DEFAULT_METHODS, densities=DEFAULT_DENSITIES, batch: int = 32,
+def bench(model: str = "cct-paper", methods=None, densities=DEFAULT_DENSITIES, batch: int = 32,
           steps: int = 5, warmup: int = 2, segment_steps: int = 3, update_samples: int = 3,
           device: str = "auto", seed: int = 0, progress: bool = True, executions=("eager",),
           profile_steps: int = 0, precisions=None) -> list[dict]:

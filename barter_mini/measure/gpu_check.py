@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -37,8 +37,8 @@ from ..core.execution import EXECUTIONS
 from ..core.models import build_model, get_model_config
 from ..errors import BarterError
 from ..training.checkpoints import write_json
-from ..training.methods import get_method
-from .bench import DEFAULT_DENSITIES, DEFAULT_METHODS, bench, check_bench_arguments
+from ..training.methods import bench_methods, get_method
+from .bench import DEFAULT_DENSITIES, bench, check_bench_arguments
 from .processes import child_environment, last_error_line
 
 #: the executions every case is measured in, side by side
@@ -49,7 +49,7 @@ GPU_EXECUTIONS = ("eager", "bf16", "bf16+graphs")
 class GpuCase:
     model: str
     batch: int
-    methods: tuple[str, ...] = DEFAULT_METHODS
+    methods: tuple[str, ...] = field(default_factory=bench_methods)
     densities: tuple[float, ...] = DEFAULT_DENSITIES
 
 
