@@ -198,7 +198,9 @@ def test_within_layer_updates_replace_units_in_their_own_layer(updates):
 def test_within_layer_moves_the_lowest_units_of_all_layers():
     stats = [layer([0.5, 0.1, 0.9, 0.8]), layer([0.05, 0.7]), layer([0.2, 0.3, 0.6])]
     from barter_mini.core.barter import plan_within_layer
-    donors, parents = plan_within_layer(stats, [4, 2, 3], 3, BarterSettings(min_age=1))
+    settings_ = BarterSettings(min_age=1, scope="within-layer")
+    receiver, donors, parents = plan_within_layer(stats, [4, 2, 3], 4, 3, settings_, settings_.strategies())
+    assert receiver is None
     # layer 1 may give one of its two units; the next lowest are layer 0's 0.1 and layer 2's 0.2
     assert sorted(donors) == [(0, 1), (1, 0), (2, 0)]
     assert sorted(parents) == [(0, 2), (1, 1), (2, 2)]

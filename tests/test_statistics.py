@@ -159,28 +159,11 @@ def test_statistics_read_after_backward_equal_those_of_the_hooks(tiny_config, sc
         assert torch.equal(a, b)
 
 
-def test_statistics_saved_under_the_old_field_names_still_load(tiny_config):
-    """last.pt files written before pruning_ema/growth_ema were named keep importance/pressure."""
-    model = tiny_model(tiny_config).eval()
-    stats = UnitStatistics(model)
-    x, y = batch(tiny_config)
-    torch.nn.functional.cross_entropy(model(x), y).backward()
-    saved = stats.state_dict()
-    old = {kind: [{"importance": s["pruning_ema"], "pressure": s["growth_ema"], "age": s["age"], "beta": s["beta"]}
-                  for s in layers] for kind, layers in saved.items()}
-    restored = UnitStatistics(tiny_model(tiny_config))
-    restored.load_state_dict(old)
-    for kind in saved:
-        for a, b in zip(restored.layers[kind], stats.layers[kind]):
-            assert torch.equal(a.pruning_ema, b.pruning_ema) and torch.equal(a.growth_ema, b.growth_ema)
-            assert a.pruning_ema.abs().sum() > 0
-
-
 def _reference_step(model, layers, score: str, beta: float) -> None:
     """The statistics as one hook per parameter computed them before they were batched:
-    each layer's reductions on its own tensors (``output_scores`` and the growth score)."""
+    each layer's reductions on its own tensors (``PruningScore.of_units`` and the growth score)."""
+    from barter_mini.core.strategies import PRUNING_SCORES
     from barter_mini.core.surgery import UNIT_KINDS, unit_parameters
-    from barter_mini.core.unit_statistics import output_scores
     with torch.no_grad():
         for kind in UNIT_KINDS:
             for block, stats in zip(model.blocks, layers[kind]):
@@ -188,7 +171,7 @@ def _reference_step(model, layers, score: str, beta: float) -> None:
                     if spec.name != "weight":
                         continue
                     if spec.role == "out":
-                        value = output_scores(spec.tensor, score, spec.groups, spec.width, spec.axis)
+                        value = PRUNING_SCORES[score].of_units(spec.tensor, spec.groups, spec.width, spec.axis)
                         stats["pruning"].mul_(beta).add_(value, alpha=1 - beta)
                         stats["age"] += 1
                     else:

@@ -13,6 +13,7 @@ The global budgets stay exactly fixed: every update prunes as many units as it c
 No layer drops below one unit or grows past its full width, and units whose statistics
 were reset by a surgery (a clone and its parent) are not pruned before they have gathered
 ``min_age`` steps of statistics. The schedule (:class:`TransferSchedule`) sets K.
+The steps receive the strategies the settings name (:meth:`BarterSettings.strategies`).
 """
 
 from __future__ import annotations
@@ -27,19 +28,11 @@ from torch import nn
 
 from ..errors import BarterError, check_in_range, check_integer, choose
 from .budgets import Budget
-from .unit_statistics import (DEFAULT_PRUNING_SCORE, PRUNING_SCORES, RECEIVER_RULES, LayerStatistics,
-                              UnitStatistics)
-from .warmup import start_warmup
-from .surgery import (MOMENTUM_STATES, UNIT_KINDS, perturb_input_parameters, regather_units,
-                      reset_optimizer_state, unit_count, unit_kind, unit_parameters)
-
-
-#: what a clone's optimizer state starts as (BarterSettings.clone_moments)
-CLONE_MOMENTS = ("split", "fresh", "zero-momentum", "warmup")
-#: what ranks a receiver's units as parents (BarterSettings.parent_score)
-PARENT_SCORES = ("pressure", "importance")
-#: where the clones of an update go (BarterSettings.scope)
-SCOPES = ("between-layers", "within-layer")
+from .strategies import (CLONE_MOMENTS, PARENT_SCORES, PRUNING_SCORES, RECEIVER_RULES, BarterStrategies, CloneMoments,
+                         Plan, UnitScore, resolve)
+from .unit_statistics import DEFAULT_PRUNING_SCORE, LayerStatistics, UnitStatistics
+from .surgery import (UNIT_KINDS, check_units, perturb_input_parameters, regather_units, unit_count,
+                      unit_kind)
 
 
 @dataclass(frozen=True)
@@ -61,18 +54,17 @@ class BarterSettings:
     min_age: int | None = None
     random_receiver: bool = False
     random_donor: bool = False
-    #: the clone's optimizer moments (see :func:`clone`): "fresh" (both zero), "split" (the
-    #: parent's, remapped so the next step is what it would have been had the split always
-    #: existed) or "zero-momentum" (first moment zero, split second moment). Chosen on
-    #: CIFAR-10 validation over paired seeds against "split" (book.default_choices)
+    #: the clone's optimizer moments (a name of :data:`~barter_mini.core.strategies.CLONE_MOMENTS`),
+    #: "fresh" chosen on CIFAR-10 validation over paired seeds against "split"
     clone_moments: str = "fresh"
     #: with clone_moments "warmup": optimizer steps over which a clone's updates ramp in
     #: (core.warmup); None: its protection period (``protected_steps``)
     warmup_steps: int | None = None
     #: the per-step pruning score, which the layer's growth priority averages: the statistics'
     #: own default (core.unit_statistics), chosen on CIFAR-10 validation over paired seeds
-    #: against "taylor-squared" (book.default_choices)
+    #: against "taylor-squared"
     pruning_score: str = DEFAULT_PRUNING_SCORE
+    #: what the growth priority P_l averages: the pruning scores ("mean-importance") or growth scores
     receiver_rule: str = "mean-importance"
     #: what ranks the receiver's parents: their growth scores ("pressure") or pruning scores ("importance")
     parent_score: str = "pressure"
@@ -96,11 +88,9 @@ class BarterSettings:
             check_integer("min_age", self.min_age, minimum=0)
         if self.warmup_steps is not None:
             check_integer("warmup_steps", self.warmup_steps)
-        choose("clone_moments", self.clone_moments, CLONE_MOMENTS)
-        choose("pruning_score", self.pruning_score, PRUNING_SCORES)
-        choose("receiver_rule", self.receiver_rule, RECEIVER_RULES)
-        choose("parent_score", self.parent_score, PARENT_SCORES)
-        choose("scope", self.scope, SCOPES)
+        for name, registry in (("clone_moments", CLONE_MOMENTS), ("pruning_score", PRUNING_SCORES),
+                               ("receiver_rule", RECEIVER_RULES), ("parent_score", PARENT_SCORES), ("scope", SCOPES)):
+            choose(name, getattr(self, name), registry)
         return self
 
     @property
@@ -112,6 +102,12 @@ class BarterSettings:
     def clone_warmup_steps(self) -> int:
         """Steps over which a ``warmup`` clone's updates ramp in."""
         return self.warmup_steps if self.warmup_steps is not None else max(1, self.protected_steps)
+
+    def strategies(self) -> BarterStrategies:
+        """The strategies these settings name, looked up once where an update is set up."""
+        self.validate()
+        return BarterStrategies(RECEIVER_RULES[self.receiver_rule], PARENT_SCORES[self.parent_score],
+                                CLONE_MOMENTS[self.clone_moments], SCOPES[self.scope])
 
 
 @dataclass(frozen=True)
@@ -175,13 +171,15 @@ class TransferSchedule:
 
 def select_receiver(stats: list[LayerStatistics], counts: list[int],
                     full_width: int, rng: np.random.Generator | None = None,
-                    rule: str = "mean-importance") -> int | None:
-    """The eligible layer with the highest growth priority ``P_l`` under
-    ``rule`` (random if ``rng``).
+                    rule: str | UnitScore = BarterSettings.receiver_rule
+                    ) -> int | None:
+    """The eligible layer with the highest growth priority ``P_l``, the
+    mean of the unit scores ``rule`` reads (random if ``rng``).
 
     Eligible: below full width and holding at least one unit with statistics
     to clone.
     """
+    rule = resolve("receiver_rule", rule, RECEIVER_RULES)
     eligible = [layer for layer, (s, n) in enumerate(zip(stats, counts))
                 if n < full_width and bool((s.age > 0).any())]
     if not eligible:
@@ -228,25 +226,16 @@ def select_donors(stats: list[LayerStatistics], counts: list[int],
 
 
 def select_parents(stats: LayerStatistics, k: int,
-                   score: str = "pressure") -> list[int]:
+                   score: str | UnitScore = BarterSettings.parent_score
+                   ) -> list[int]:
     """The ``k`` units of the receiver with the highest growth scores
     (``pressure``) or pruning scores (``importance``); unscored units last."""
-    if score == "pressure":
-        ranked = stats.growth_scores()
-    else:
-        ranked = stats.pruning_scores()
+    ranked = resolve("parent_score", score, PARENT_SCORES)(stats)
     scores = torch.nan_to_num(ranked, nan=-math.inf)
     return torch.topk(scores, k).indices.tolist()
 
 
 # ----------------------------------------------------------------------------- surgery
-
-def check_units(kind: str, units: list[int], count: int, action: str) -> None:
-    """Refuse unit indices outside ``0 .. count - 1`` of a layer, naming them."""
-    bad = [u for u in units if not 0 <= u < count]
-    if bad:
-        raise BarterError(f"cannot {action} {kind} {bad}: the layer has {count} {kind}, indices 0..{count - 1}")
-
 
 def prune(block: nn.Module, kind: str, victims: list[int],
           stats: LayerStatistics,
@@ -273,7 +262,7 @@ def clone(block: nn.Module, kind: str, parents: list[int],
           alpha: float = BarterSettings.split_alpha,
           symmetry_noise: float = BarterSettings.symmetry_noise,
           generator: torch.Generator | None = None,
-          clone_moments: str = BarterSettings.clone_moments,
+          clone_moments: str | CloneMoments = BarterSettings.clone_moments,
           warmup_steps: int = 1) -> None:
     """Append one clone per parent: input parameters copied, output
     parameters split.
@@ -290,24 +279,15 @@ def clone(block: nn.Module, kind: str, parents: list[int],
     (:func:`barter_mini.core.surgery.perturb_input_parameters`), which changes
     the function only to second order; 0 keeps the clone exact. The noise
     alone does not separate the pair under Adam (their relative distance
-    stays near ``symmetry_noise``, whatever the noise: the reallocation
-    chapter measures it), so ``clone_moments`` decides the clone's optimizer
-    state:
-
-    - ``split``: the remap; exact, the pair moves in lockstep;
-    - ``fresh``: both moments zeroed; the clone diverges, but Adam
-      bias-corrects with the tensor's shared step count, so its first steps
-      are several times the normal size;
-    - ``zero-momentum``: first moment zeroed, split second moment kept;
-      normal step sizes, the parent's momentum separates the two;
-    - ``warmup``: zeroed as ``fresh``, the clone's updates ramped in over
-      ``warmup_steps`` (SMET's optimizer warm-up,
-      :mod:`barter_mini.core.warmup`).
+    stays near ``symmetry_noise``, whatever the noise), so ``clone_moments``
+    decides the clone's optimizer state: ``split`` (the remap), ``fresh``,
+    ``zero-momentum`` or ``warmup`` over ``warmup_steps``, a policy of
+    :data:`~barter_mini.core.strategies.CLONE_MOMENTS` or its name.
 
     Every default is :class:`BarterSettings`' own: ``fresh`` moments, chosen
-    over ``split`` on CIFAR-10 validation (the method chapter's section on
-    the defaults; ``data/barter_defaults.csv``).
+    over ``split`` on CIFAR-10 validation (``data/barter_defaults.csv``).
     """
+    moments = resolve("clone_moments", clone_moments, CLONE_MOMENTS)
     count, k = unit_count(block, kind), len(parents)
     check_units(kind, parents, count, "clone")
     if len(set(parents)) != k:
@@ -321,19 +301,7 @@ def clone(block: nn.Module, kind: str, parents: list[int],
     out_scale[parent_index] = alpha
     out_scale[clone_index] = 1 - alpha
     regather_units(block, kind, sources, out_scale, optimizer)
-    if clone_moments in ("fresh", "warmup"):
-        reset_optimizer_state(block, kind, clone_index, optimizer)
-    if clone_moments == "warmup":
-        for spec in unit_parameters(block, kind):
-            born = torch.zeros(spec.tensor.shape, dtype=torch.bool,
-                               device=spec.tensor.device)
-            elements = spec.element_index(clone_index.to(born.device),
-                                          count + k)
-            born.index_fill_(spec.axis, elements, True)
-            start_warmup(optimizer, spec.tensor, born, warmup_steps)
-    elif clone_moments == "zero-momentum":
-        reset_optimizer_state(block, kind, clone_index, optimizer,
-                              only=MOMENTUM_STATES)
+    moments.start(block, kind, clone_index, optimizer, warmup_steps)
     if symmetry_noise > 0:
         perturb_input_parameters(block, kind, parent_index, clone_index,
                                  alpha, symmetry_noise, generator)
@@ -375,11 +343,28 @@ def prune_donors(model: nn.Module, kind: str, donors: list[tuple[int, int]], sta
         prune(model.blocks[layer], kind, [u for at, u in donors if at == layer], stats[layer], optimizer)
 
 
-def plan_within_layer(stats: list[LayerStatistics], counts: list[int], k: int, settings: BarterSettings,
-                      rng: np.random.Generator | None = None) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+def plan_between_layers(stats: list[LayerStatistics], counts: list[int], full_width: int, k: int,
+                        settings: BarterSettings, strategies: BarterStrategies,
+                        rng: np.random.Generator | None = None) -> Plan:
+    """The method's steps 1-3: the receiver, up to ``k`` donors outside it and as many parents in
+    it; nothing where no layer can receive or none can give."""
+    receiver = select_receiver(stats, counts, full_width, rng if settings.random_receiver else None,
+                               strategies.receiver_rule)
+    if receiver is None:
+        return None, [], []
+    donors = select_donors(stats, counts, receiver, receiver_room(counts, receiver, full_width, k),
+                           settings.protected_steps, rng if settings.random_donor else None)
+    if not donors:
+        return None, [], []
+    return receiver, donors, select_parents(stats[receiver], len(donors), strategies.parent_score)
+
+
+def plan_within_layer(stats: list[LayerStatistics], counts: list[int], full_width: int, k: int,
+                      settings: BarterSettings, strategies: BarterStrategies,
+                      rng: np.random.Generator | None = None) -> Plan:
     """The within-layer control's donors and parents: the ``k`` units with the lowest pruning
     scores in every layer (as :func:`select_donors`, no receiver left out), and in each donor's
-    layer as many parents, its units with the highest growth scores that are not donors.
+    layer as many parents, its best units by the parent score that are not donors.
 
     A layer gives at most half its units, so that each of its clones has a parent of its own.
     """
@@ -389,50 +374,47 @@ def plan_within_layer(stats: list[LayerStatistics], counts: list[int], k: int, s
     parents = []
     for layer in sorted({at for at, _ in donors}):
         leaving = {u for at, u in donors if at == layer}
-        ranked = select_parents(stats[layer], counts[layer], settings.parent_score)
+        ranked = select_parents(stats[layer], counts[layer], strategies.parent_score)
         parents += [(layer, u) for u in [u for u in ranked if u not in leaving][:len(leaving)]]
-    return donors, parents
+    return None, donors, parents
+
+
+#: where the clones of an update go, by name (BarterSettings.scope): the planner of steps 1-3
+SCOPES = {"between-layers": plan_between_layers, "within-layer": plan_within_layer}
 
 
 def plan_transfer(model: nn.Module, kind: str, k: int, statistics: UnitStatistics, settings: BarterSettings,
-                  rng: np.random.Generator | None = None) -> Transfer:
-    """Steps 1-3: choose the receiver, up to ``k`` donors and as many parents; change nothing."""
+                  rng: np.random.Generator | None = None, strategies: BarterStrategies | None = None) -> Transfer:
+    """Steps 1-3: choose the receiver, up to ``k`` donors and as many parents; change nothing.
+    ``strategies``: ``settings.strategies()``, looked up here unless the caller holds them."""
     record = Transfer(kind=kind, scheduled=k)
     if k <= 0:
         return record
-    stats = statistics.layers[kind]
+    strategies = strategies or settings.strategies()
     counts = [unit_count(b, kind) for b in model.blocks]
-    if settings.scope == "within-layer":
-        record.donors, record.parents = plan_within_layer(stats, counts, k, settings, rng)
-        return record
     full = unit_kind(kind).full_width(model.config)
-    receiver = select_receiver(stats, counts, full, rng if settings.random_receiver else None,
-                               settings.receiver_rule)
-    if receiver is None:
-        return record
-    donors = select_donors(stats, counts, receiver, receiver_room(counts, receiver, full, k),
-                           settings.protected_steps, rng if settings.random_donor else None)
-    if donors:
-        record.receiver, record.donors = receiver, donors
-        record.parents = select_parents(stats[receiver], len(donors), settings.parent_score)
+    record.receiver, record.donors, record.parents = strategies.plan(statistics.layers[kind], counts, full, k,
+                                                                     settings, strategies, rng)
     return record
 
 
 def apply_transfer(model: nn.Module, record: Transfer, statistics: UnitStatistics,
                    optimizer: torch.optim.Optimizer | None, settings: BarterSettings,
-                   generator: torch.Generator | None = None) -> None:
-    """Step 4: prune the planned donors, then clone the planned parents in the receiver.
+                   generator: torch.Generator | None = None, strategies: BarterStrategies | None = None) -> None:
+    """Step 4: prune the planned donors, then clone the planned parents in the receiver
+    (``strategies`` as in :func:`plan_transfer`).
 
     Pruning first keeps the receiver's unit indices valid: donors never lie in the receiver.
     """
     if not record.executed:
         return
     stats = statistics.layers[record.kind]
+    moments = (strategies or settings.strategies()).clone_moments
 
     def clone_in(layer: int, parents: list[int]) -> None:
         clone(model.blocks[layer], record.kind, parents, stats[layer], optimizer,
               alpha=settings.split_alpha, symmetry_noise=settings.symmetry_noise, generator=generator,
-              clone_moments=settings.clone_moments, warmup_steps=settings.clone_warmup_steps)
+              clone_moments=moments, warmup_steps=settings.clone_warmup_steps)
 
     if record.receiver is None:         # within-layer: clones are appended, so the donors keep their places
         for layer in sorted({at for at, _ in record.parents}):
@@ -445,20 +427,21 @@ def apply_transfer(model: nn.Module, record: Transfer, statistics: UnitStatistic
 
 def transfer_units(model: nn.Module, kind: str, k: int, statistics: UnitStatistics,
                    optimizer: torch.optim.Optimizer | None, settings: BarterSettings,
-                   rng: np.random.Generator | None = None,
-                   generator: torch.Generator | None = None) -> Transfer:
+                   rng: np.random.Generator | None = None, generator: torch.Generator | None = None,
+                   strategies: BarterStrategies | None = None) -> Transfer:
     """Move up to ``k`` units of ``kind`` into the receiving layer (steps 1-4 above)."""
-    record = plan_transfer(model, kind, k, statistics, settings, rng)
-    apply_transfer(model, record, statistics, optimizer, settings, generator)
+    record = plan_transfer(model, kind, k, statistics, settings, rng, strategies)
+    apply_transfer(model, record, statistics, optimizer, settings, generator, strategies)
     return record
 
 
 def topology_update(model: nn.Module, ks: dict[str, int], statistics: UnitStatistics,
                     optimizer: torch.optim.Optimizer | None, settings: BarterSettings,
-                    rng: np.random.Generator | None = None,
-                    generator: torch.Generator | None = None) -> dict[str, Transfer]:
+                    rng: np.random.Generator | None = None, generator: torch.Generator | None = None,
+                    strategies: BarterStrategies | None = None) -> dict[str, Transfer]:
     """One topology update for both unit kinds; re-hooks the statistics on the new tensors."""
+    strategies = strategies or settings.strategies()
     records = {kind: transfer_units(model, kind, ks.get(kind, 0), statistics, optimizer,
-                                    settings, rng, generator) for kind in UNIT_KINDS}
+                                    settings, rng, generator, strategies) for kind in UNIT_KINDS}
     statistics.attach()
     return records

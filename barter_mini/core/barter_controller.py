@@ -37,6 +37,8 @@ class BarterController(MethodController):
         allocation = allocation_of(model)
         self.budget = Budget(heads=sum(allocation.heads), ffn=sum(allocation.ffn))
         self.schedule = TransferSchedule(total_steps, self.budget, settings)   # validates settings
+        #: the strategies the settings name, looked up once here and handed to every update
+        self.strategies = settings.strategies()
         #: in a data-parallel run, statistics of the averaged gradients, decisions checked on every rank
         self.distributed = distributed.is_distributed()
         self.statistics = UnitStatistics(model, beta=settings.stats_beta, pruning_score=settings.pruning_score,
@@ -46,7 +48,7 @@ class BarterController(MethodController):
         self.executed = {kind: 0 for kind in UNIT_KINDS}
         self.history: list[dict] = [{"step": 0, **allocation.as_dict()}]
         self.warmup = (UpdateWarmup(optimizer, settings.clone_warmup_steps)
-                       if settings.clone_moments == "warmup" else None)
+                       if self.strategies.clone_moments.ramps_in else None)
         #: updates after which every process was checked to hold the same widths
         self.rank_checks = 0
         #: optimizer steps seen by after_step
@@ -82,7 +84,7 @@ class BarterController(MethodController):
         # equal on every rank up to the last bit in principle; rank 0's copy makes it so
         distributed.broadcast_(self.statistics.tensors())
         records = topology_update(self.model, ks, self.statistics, self.optimizer,
-                                  self.settings, self.rng, self.generator)
+                                  self.settings, self.rng, self.generator, self.strategies)
         for kind, record in records.items():
             self.executed[kind] += record.executed
         self.history.append({"step": step, **allocation_of(self.model).as_dict(),

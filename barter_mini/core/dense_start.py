@@ -15,7 +15,7 @@ Importance (calibration)
 
     the first-order Taylor estimate of the squared change of the batch loss when the unit is
     removed (Molchanov et al. 2019; the ``taylor-squared`` score of
-    :mod:`~barter_mini.core.unit_statistics`), measured on the data the model will be trained
+    :mod:`~barter_mini.core.strategies`), measured on the data the model will be trained
     on. Why this rule: it asks what removing the unit does to the loss on *that* data, which
     a trained model's weight magnitudes cannot say (a unit with large weights may be idle on
     the new images); and every ``I_i`` estimates the same quantity, a loss change, so the
@@ -49,12 +49,14 @@ from .budgets import Allocation, Budget, check_allocation, compute_budget, initi
 from .configs import ModelConfig
 from .models.timm_vit import describe_timm_vit
 from .surgery import UNIT_KINDS, allocation_of, resize_layers, unit_parameters
-from .unit_statistics import output_scores
+from .strategies import PRUNING_SCORES
 
 #: how a cut spreads the budgets over the layers (module docstring)
 CUT_ALLOCATIONS = ("even", "oneshot")
 #: calibration batches a cut measures importance on, unless told
 CALIBRATION_BATCHES = 8
+#: the per-batch importance of a unit (module docstring): the ``taylor-squared`` pruning score
+CALIBRATION_SCORE = PRUNING_SCORES["taylor-squared"]
 
 
 def full_config(model: nn.Module) -> ModelConfig:
@@ -85,7 +87,7 @@ def calibration_importance(model: nn.Module, batches: Iterable,
             for layer, block in enumerate(model.blocks):
                 for kind in UNIT_KINDS:
                     out = next(s for s in unit_parameters(block, kind) if s.role == "out" and s.name == "weight")
-                    scores = output_scores(out.tensor, "taylor-squared", out.groups, out.width, out.axis).cpu()
+                    scores = CALIBRATION_SCORE.of_units(out.tensor, out.groups, out.width, out.axis).cpu()
                     totals[kind][layer] = scores if count == 0 else totals[kind][layer] + scores
             count += 1
     finally:

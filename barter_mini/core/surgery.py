@@ -143,6 +143,13 @@ def unit_count(block: nn.Module, kind: str) -> int:
     return unit_kind(kind).count(block)
 
 
+def check_units(kind: str, units: list[int], count: int, action: str) -> None:
+    """Refuse unit indices outside ``0 .. count - 1`` of a layer, naming them."""
+    bad = [u for u in units if not 0 <= u < count]
+    if bad:
+        raise BarterError(f"cannot {action} {kind} {bad}: the layer has {count} {kind}, indices 0..{count - 1}")
+
+
 def allocation_of(model: nn.Module) -> Allocation:
     """The per-layer head and FFN-channel counts ``model.blocks`` hold right now (any model
     whose layers have a timm ``Attention`` ``.attn`` and ``Mlp`` ``.mlp``)."""

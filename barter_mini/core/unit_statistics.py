@@ -26,7 +26,8 @@ growth priority of a layer
     whose units are worth most on average, which is the "barter" of the method's name.
 
 The definitions above are the method's as the paper gives them; the alternatives
-(``BarterSettings.pruning_score`` and ``receiver_rule``, compared over seeds in notebook 05) are
+(``BarterSettings.pruning_score`` and ``receiver_rule``, strategies of
+:mod:`~barter_mini.core.strategies`) are
 
 * pruning score ``taylor-abs``: ``EMA[|sum_j W_j g_j|]`` (the same Taylor term, its size
   averaged instead of its square: less dominated by a few large mini-batches);
@@ -35,11 +36,10 @@ The definitions above are the method's as the paper gives them; the alternatives
   pushed hardest on average.
 
 The default pruning score (:data:`DEFAULT_PRUNING_SCORE`, for this class and for BARTER
-alike) is ``magnitude``, chosen on validation over paired seeds (notebook 05): with the
-Taylor score the heads flowed into the first layer and left the last nearly empty, an
-allocation worse than the even one; with the magnitude score they spread towards the later
-layers. ``P_l`` averages whichever pruning score is used, so the score also picks the
-receiver.
+alike) is ``magnitude``, chosen on validation over paired seeds: with the Taylor score the
+heads flowed into the first layer and left the last nearly empty, an allocation worse than
+the even one; with the magnitude score they spread towards the later layers. ``P_l``
+averages whichever pruning score is used, so the score also picks the receiver.
 
 Every EMA is bias-corrected by its own age (``ema / (1 - beta^age)``), so a unit born a few
 steps ago is comparable with an old one; units of age 0 have no statistics yet.
@@ -64,17 +64,14 @@ import torch
 from torch import nn
 from torch.autograd import Variable
 
-from ..errors import BarterError, choose
+from ..errors import BarterError
+from .strategies import PRUNING_SCORES, RECEIVER_RULES, PruningScore, UnitScore, resolve
 from .surgery import UNIT_KINDS, unit_count, unit_parameters
 
 
-#: per-step pruning scores of a unit, from its output weights (module docstring)
-PRUNING_SCORES = ("taylor-squared", "taylor-abs", "magnitude")
 #: the pruning score of :class:`UnitStatistics` unless it is given another, and of BARTER
 #: (``BarterSettings.pruning_score``): one default for both
 DEFAULT_PRUNING_SCORE = "magnitude"
-#: what a layer's growth priority P_l averages: its units' pruning or growth scores
-RECEIVER_RULES = ("mean-importance", "mean-pressure")
 #: the profiler label of the hooks' work (barter_mini.measure.breakdown counts it as the method's)
 PROFILE_LABEL = "barter_mini.unit_statistics"
 
@@ -107,19 +104,13 @@ class LayerStatistics:
         """Bias-corrected growth scores ``g_i``; NaN where a unit has no statistics yet."""
         return self._corrected(self.growth_ema)
 
-    def growth_priority(self, rule: str = "mean-importance") -> float:
-        """``P_l``: the mean pruning score (``mean-importance``) or growth score
-        (``mean-pressure``) over the units that have statistics (0 if none)."""
-        scores = self.pruning_scores() if rule == "mean-importance" else self.growth_scores()
+    def growth_priority(self, rule: str | UnitScore = "mean-importance") -> float:
+        """``P_l``: the mean, over the units that have statistics (0 if none), of the unit
+        scores ``rule`` reads (a name of :data:`~barter_mini.core.strategies.RECEIVER_RULES`
+        or the rule): pruning scores (``mean-importance``) or growth scores (``mean-pressure``)."""
+        scores = resolve("receiver_rule", rule, RECEIVER_RULES)(self)
         known = scores[~scores.isnan()]
         return float(known.mean()) if known.numel() else 0.0
-
-    def observe_pruning_score(self, per_unit_score: torch.Tensor) -> None:
-        self.pruning_ema.mul_(self.beta).add_(per_unit_score, alpha=1 - self.beta)
-        self.age += 1
-
-    def observe_growth_score(self, per_unit_grad_sq: torch.Tensor) -> None:
-        self.growth_ema.mul_(self.beta).add_(per_unit_grad_sq, alpha=1 - self.beta)
 
     def regather(self, sources: torch.Tensor, reset: torch.Tensor) -> None:
         """Follow a surgery: new unit ``j`` is old ``sources[j]``; ``reset`` units start afresh."""
@@ -138,29 +129,10 @@ class LayerStatistics:
             raise BarterError(f"the saved statistics hold {state['age'].numel()} units, the layer "
                               f"{self.age.numel()}: load them into the model they were saved from")
         device = self.age.device
-        # checkpoints written before the fields were renamed keep them as importance, pressure
-        self.pruning_ema = state.get("pruning_ema", state.get("importance")).to(device)
-        self.growth_ema = state.get("growth_ema", state.get("pressure")).to(device)
+        self.pruning_ema = state["pruning_ema"].to(device)
+        self.growth_ema = state["growth_ema"].to(device)
         self.age = state["age"].to(device)
         self.beta = float(state["beta"])
-
-
-def _per_unit(values: torch.Tensor, groups: int, num_units: int, width: int) -> torch.Tensor:
-    return values.view(groups, num_units, width).sum(dim=(0, 2))
-
-
-@torch.no_grad()
-def output_scores(param: torch.Tensor, score: str, groups: int, width: int, axis: int) -> torch.Tensor:
-    """One step's pruning score of every unit whose output weights ``param`` holds (units
-    along ``axis``, ``width`` entries each, in ``groups`` groups): ``(sum_j W_j g_j)^2``
-    (``taylor-squared``), ``|sum_j W_j g_j|`` (``taylor-abs``) or ``||W_out[:, i]||^2``
-    (``magnitude``), ``g`` being ``param.grad``."""
-    other = 1 - axis
-    num_units = param.shape[axis] // (groups * width)
-    if score == "magnitude":
-        return _per_unit(param.square().sum(dim=other), groups, num_units, width)
-    taylor = _per_unit((param * param.grad).sum(dim=other), groups, num_units, width)
-    return taylor.square() if score == "taylor-squared" else taylor.abs()
 
 
 @dataclass
@@ -245,7 +217,9 @@ class UnitStatistics:
 
     model: nn.Module
     beta: float = 0.9
-    pruning_score: str = DEFAULT_PRUNING_SCORE
+    #: a name of :data:`~barter_mini.core.strategies.PRUNING_SCORES` or the score; the score
+    #: from construction on
+    pruning_score: str | PruningScore = DEFAULT_PRUNING_SCORE
     enabled: bool = True
     in_backward: bool = True
     #: the per-unit sums in a fixed order on every device (the module docstring)
@@ -258,7 +232,7 @@ class UnitStatistics:
     _queued: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        choose("pruning_score", self.pruning_score, PRUNING_SCORES)
+        self.pruning_score = resolve("pruning_score", self.pruning_score, PRUNING_SCORES)
         device = next(self.model.parameters()).device
         if not self.layers:
             self.layers = {kind: [LayerStatistics.fresh(unit_count(b, kind), self.beta, device)
@@ -330,21 +304,15 @@ class UnitStatistics:
             return
         start = time.perf_counter()
         with torch.profiler.record_function(PROFILE_LABEL):     # so a profile can tell this work apart
-            num_units = packed.age.numel()
-            outputs = torch.cat(packed.outputs, dim=1)
-            if self.pruning_score == "magnitude":
-                per_entry = outputs.square().sum(dim=0)
-            else:
-                per_entry = (outputs * torch.cat([t.grad for t in packed.outputs], dim=1)).sum(dim=0)
+            num_units, score = packed.age.numel(), self.pruning_score
+            per_entry = score.terms(torch.cat(packed.outputs, dim=1),
+                                    lambda: torch.cat([t.grad for t in packed.outputs], dim=1)).sum(dim=0)
             growth = torch.cat([t.grad for t in packed.inputs], dim=0).square().sum(dim=1)
             scores = torch.zeros(2 * num_units, dtype=packed.ema.dtype, device=packed.ema.device)
             with deterministic_algorithms(self.deterministic):
                 scores.index_add_(0, packed.output_units, per_entry).index_add_(0, packed.input_units, growth)
             scores = scores.view(2, num_units)
-            if self.pruning_score == "taylor-squared":
-                scores[0].square_()
-            elif self.pruning_score == "taylor-abs":
-                scores[0].abs_()
+            score.finish(scores[0])
             packed.ema.mul_(self.beta).add_(scores, alpha=1 - self.beta)
             packed.age += 1
         self.observe_seconds += time.perf_counter() - start
