@@ -11,6 +11,7 @@ from barter_mini.core.strategies import (CLONE_MOMENTS, PARENT_SCORES, PRUNING_S
                                          by_growth_score, by_pruning_score, resolve)
 from barter_mini.core.unit_statistics import UnitStatistics
 from barter_mini.errors import BarterError
+from barter_mini.training.step import training_step
 
 from helpers import TINY_CCT, batch, tiny_model, train_step
 
@@ -77,11 +78,7 @@ def test_the_controller_looks_the_names_up_once(monkeypatch):
     monkeypatch.setattr(BarterSettings, "strategies", looked_up_again)
     x, y = batch(TINY_CCT)
     for step in range(1, 13):
-        optimizer.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        controller.before_step()
-        optimizer.step()
-        controller.after_step(step)
+        training_step(model, optimizer, x, y, controller=controller, step=step)
     assert sum(controller.executed.values()) > 0
     assert controller.strategies.receiver_rule is by_growth_score
 

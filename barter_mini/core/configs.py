@@ -95,8 +95,8 @@ MODEL_CONFIGS: dict[str, ModelConfig] = {
         name="cct-mini", family="cct", img_size=28, in_chans=1, num_classes=10,
         depth=4, embed_dim=64, heads_per_layer=10, ffn_per_layer=128,
         conv_layers=2, conv_channels=16, default_dataset="fashion-mnist"),
-    # The map of where reallocation pays (chapter 05) moves from cct-mini toward cct-paper one
-    # axis at a time. Depth: the paper's 7 layers, all else cct-mini's (at rho = 0.1 every
+    # The next models step from cct-mini toward cct-paper one axis at a time, to map where
+    # reallocation pays. Depth: the paper's 7 layers, all else cct-mini's (at rho = 0.1 every
     # layer still has one head, so heads cannot move; FFN channels can).
     "cct-mini-deep": ModelConfig(
         name="cct-mini-deep", family="cct", img_size=28, in_chans=1, num_classes=10,

@@ -2,8 +2,8 @@
 compiled (:mod:`~barter_mini.core.compilation`), with selective activation recomputation
 (:mod:`~barter_mini.core.recompute`), not both; in fp32 or with the forward pass and the
 loss in bf16 or fp16 (``torch.autocast``). The first three never change the model's
-function; they trade compile time or recomputation for step time or memory (issue 13;
-Tables 8, 14). bf16 rounds the activations and the matrix products' inputs to 8 bits of
+function; they trade compile time or recomputation for step time or memory
+(Tables 8, 14). bf16 rounds the activations and the matrix products' inputs to 8 bits of
 mantissa; weights, gradients, optimizer states, the statistics and every surgery stay fp32,
 so a topology update and its optimizer-state remap are the same under every precision.
 

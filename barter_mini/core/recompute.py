@@ -2,7 +2,7 @@
 
 Why. At low density BARTER's compute and weights shrink, but the width-``D`` activations
 every layer keeps for backward do not, so they dominate the peak memory of a training step
-(the issue's goal: the paper's "81.3 % less memory" than RigL, Tables 8 and 14). In a
+(what the paper's "81.3 % less memory" than RigL measures, Tables 8 and 14). In a
 pre-norm layer two of those tensors are redundant: a LayerNorm keeps its input ``x`` for its
 own backward, and the Linear after it (``attn.qkv``, ``mlp.fc1``) keeps ``LN(x)``, which is
 cheap to rebuild from the ``x`` that is kept anyway. Likewise GELU keeps its input ``h``

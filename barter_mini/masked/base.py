@@ -69,8 +69,9 @@ from ..core.warmup import UpdateWarmup, start_warmup
 from ..errors import BarterError, check_in_range, check_integer, choose
 from .selection import drop_smallest, grow_largest
 
-#: what a regrown weight's optimizer state starts as (MaskedSettings.regrow_moments)
-REGROW_MOMENTS = ("reset", "warmup")
+#: what a regrown weight's optimizer state starts as, by name (MaskedSettings.regrow_moments):
+#: zeroed either way; whether its updates then ramp in (the module docstring)
+REGROW_MOMENTS = {"reset": False, "warmup": True}
 #: the masked weight of each layer, by kind: (module path inside the block, attribute)
 MASKED_KINDS = ("qkv", "proj", "fc1", "fc2")
 
@@ -197,7 +198,7 @@ class MaskedDST(MethodController):
         self.rank_checks = 0
         self._dense_grads: dict[str, torch.Tensor] = {}
         self.warmup = (UpdateWarmup(optimizer, self.settings.regrow_warmup_steps)
-                       if self.settings.regrow_moments == "warmup" else None)
+                       if REGROW_MOMENTS[self.settings.regrow_moments] else None)
         self._masks: dict[str, torch.Tensor] = self._initial_masks()
         #: the masks in their tensors' dtype, and the mask set they were made from
         self._multipliers: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
