@@ -35,7 +35,8 @@ def test_a_checkpoint_is_one_entry_per_part_written_and_loaded_in_the_rows_order
     loaded: list = []
     manager = CheckpointManager(states={part.name: Recorded(part.name, loaded) for part in PARTS})
     checkpoint = manager.state_dict()
-    assert (checkpoint["format"], set(checkpoint)) == (CHECKPOINT_FORMAT, {p.name for p in PARTS} | {"format", "version"})
+    assert checkpoint["format"] == CHECKPOINT_FORMAT
+    assert set(checkpoint) == {part.name for part in PARTS} | {"format", "version"}
     manager.load_state_dict(checkpoint)
     assert loaded == [(part.name, {"of": part.name}) for part in PARTS]
     order = [name for name, _ in loaded]

@@ -86,8 +86,9 @@ class Loading:
     """A checkpoint being checked before a run resumes from it: the file, its entries, the
     parameters of each of the optimizer's groups of a model (``parameter_groups(model)``: those
     of :func:`~barter_mini.training.optimization.parameter_groups`, given by the caller, since
-    that module imports this one through the run settings and the data) and, once the model's row has checked its entries, the model built on the meta device (the
-    optimizer's check pairs its moments with that model's parameters)."""
+    that module imports this one through the run settings and the data) and, once the model's
+    row has checked its entries, the model built on the meta device (the optimizer's check
+    pairs its moments with that model's parameters)."""
 
     checkpoint: dict
     path: Path
