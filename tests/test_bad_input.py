@@ -339,16 +339,12 @@ def bad_names(known) -> st.SearchStrategy:
 
 @pytest.fixture
 def no_runs(monkeypatch):
-    """The notebooks' grid functions train through ``cached_train``: stop them there."""
-    import barter_mini.book.experiments as experiments
-    import barter_mini.book.optimizer_state as optimizer_state
-    import barter_mini.book.reallocation_study as reallocation_study
-    import barter_mini.book.transfer_counts as transfer_counts
+    """The notebooks' grid functions train through their profile's ``cached_train``: stop them there."""
+    import barter_mini.book.profiles as profiles
 
     def started(*args, **kwargs):
         raise WorkStarted("a run started")
-    for module in (experiments, optimizer_state, reallocation_study, transfer_counts):
-        monkeypatch.setattr(module, "cached_train", started)
+    monkeypatch.setattr(profiles, "cached_train", started)
 
 
 @PROPERTY

@@ -2,6 +2,7 @@
 
 import pytest
 
+from barter_mini.book import profiles
 from barter_mini.book import reallocation_study as study
 from barter_mini.book.profiles import PROFILES
 from barter_mini.errors import BarterError
@@ -34,7 +35,7 @@ def test_variant_runs_change_one_thing(monkeypatch):
     ended = {"allocation_history": [{"step": 0, "heads": [3] * 4, "ffn": [39, 39, 38, 38]},
                                     {"step": 40, "heads": [4, 3, 3, 2], "ffn": [30, 39, 38, 47], "transfers": {}}]}
     trained = []
-    monkeypatch.setattr(study, "cached_train", lambda run: trained.append(run) or ended)
+    monkeypatch.setattr(profiles, "cached_train", lambda run, *cache: trained.append(run) or ended)
     found = study.variant_run(setup, study.VARIANTS["static, from barter's end"], 0.3, 1)
     assert trained == [plain]                         # BARTER on the same seed, from the cache
     assert found.method == "static" and found.allocation == {"heads": [4, 3, 3, 2], "ffn": [30, 39, 38, 47]}

@@ -15,7 +15,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from barter_mini.book import experiments, report  # noqa: E402
+from barter_mini.book import profiles, report  # noqa: E402
 from barter_mini.book.experiments import run_grid  # noqa: E402
 from barter_mini.book.profiles import PROFILES  # noqa: E402
 from barter_mini.book.tables import HEADERS, column_words  # noqa: E402
@@ -160,11 +160,11 @@ def test_readable_keeps_a_named_index():
 def test_page_tables_name_columns_the_notebooks_produce(monkeypatch):
     """Every column list of the package fits the frame it is applied to."""
 
-    def fake_train(run):
+    def fake_train(run, *cache):
         return {"val_acc": 0.5, "val_macro_f1": 0.4, "test_acc": 0.5, "test_macro_f1": 0.4, "wall_time_s": 1.0,
                 "params": 1000, "allocation": {"heads": [1, 2], "ffn": [3, 4]}}
 
-    monkeypatch.setattr(experiments, "cached_train", fake_train)
+    monkeypatch.setattr(profiles, "cached_train", fake_train)
     runs = run_grid(PROFILES["smoke"], ["dense", "barter"], [0.3], [0], progress=False)
     shown = readable(runs, RUN_COLUMNS, 2)
     assert list(shown.columns) == ["method", "density", "seed", "test Top-1 (%)", "test macro-F1 (%)", "wall time (s)",

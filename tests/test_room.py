@@ -72,7 +72,7 @@ def history_entry(step, heads, receiver, donors, executed=None, parents=None):
 
 
 def test_clones_are_followed_through_later_prunes_and_clones():
-    from barter_mini.book.room import unit_fates
+    from barter_mini.book.unit_paths import unit_fates
     history = [{"step": 0, "heads": [3, 3], "ffn": [4, 4]},
                history_entry(40, [2, 4], 1, [[0, 1]]),            # clone a at layer 1, place 3
                history_entry(80, [3, 3], 0, [[1, 0]]),            # a moves to place 2; clone b at layer 0, place 2
@@ -82,7 +82,7 @@ def test_clones_are_followed_through_later_prunes_and_clones():
 
 
 def test_within_layer_clones_are_appended_before_the_donors_go():
-    from barter_mini.book.room import unit_fates
+    from barter_mini.book.unit_paths import unit_fates
     history = [{"step": 0, "heads": [2, 2], "ffn": [4, 4]},
                history_entry(40, [2, 2], None, [[0, 0]], parents=[[0, 1]]),   # clone a: layer 0, place 1
                history_entry(80, [2, 2], None, [[0, 1]], parents=[[0, 0]])]   # a pruned
@@ -90,7 +90,7 @@ def test_within_layer_clones_are_appended_before_the_donors_go():
 
 
 def test_a_history_whose_widths_do_not_follow_from_its_transfers_is_refused():
-    from barter_mini.book.room import unit_fates
+    from barter_mini.book.unit_paths import unit_fates
     from barter_mini.errors import BarterError
     history = [{"step": 0, "heads": [3, 3], "ffn": [4, 4]}, history_entry(40, [3, 3], 1, [[0, 1]])]
     with pytest.raises(BarterError, match="do not follow"):
@@ -118,7 +118,7 @@ def test_h1_trains_static_barter_and_its_within_layer_control_on_fresh_seeds():
 
 
 def test_a_path_keeps_the_start_and_the_updates_that_moved_units():
-    from barter_mini.book.room import path_rows
+    from barter_mini.book.unit_paths import path_rows
     idle = {"step": 160, "heads": [2, 4], "ffn": [4, 4],
             "transfers": {"heads": {"receiver": None, "donors": [], "executed": 0, "parents": []}}}
     metrics = {"allocation_history": [{"step": 0, "heads": [3, 3], "ffn": [4, 4]},
@@ -172,7 +172,7 @@ def test_the_recorded_h1_runs_hold_whole_stages_on_their_own_seeds():
 def test_a_clone_in_lockstep_with_its_parent_is_a_twin_and_independent_units_are_not():
     import torch
 
-    from barter_mini.book.room import twins
+    from barter_mini.book.unit_paths import twins
     from barter_mini.core.barter import clone
     from barter_mini.core.unit_statistics import UnitStatistics
 

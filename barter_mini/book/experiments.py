@@ -14,7 +14,6 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from ..training.cache import cached_train
 from ..errors import BarterError, choose
 from .profiles import Profile
 from ..training.methods import check_methods, get_method
@@ -52,7 +51,7 @@ def run_grid(setup: Profile, methods, densities, seeds, progress: bool = True) -
     rows = []
     for run in tqdm(grid_runs(setup, methods, densities, seeds), desc="runs", disable=not progress):
         method, density, seed = run.method, run.density, run.seed
-        metrics = cached_train(run)
+        metrics = setup.cached_train(run)
         rows.append({"method": method, "density": density, "seed": seed, **run_scores(metrics),
                      "wall_time_s": metrics["wall_time_s"], "params": metrics["params"],
                      "heads": tuple(metrics["allocation"]["heads"]),

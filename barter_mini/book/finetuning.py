@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import pandas as pd
 from tqdm import tqdm
 
-from ..training.cache import cached_train, run_dir
+from ..training.cache import run_dir
 from ..training.data import DATASETS
 from ..training.methods import check_methods, get_method
 from ..training.recipes import get_recipe
@@ -96,8 +96,8 @@ def pretraining_run(setup: Profile, seed: int) -> RunConfig:
 def pretrained_checkpoint(setup: Profile, seed: int) -> str:
     """The pretrained dense model (trained once, cached): its best.pt."""
     run = pretraining_run(setup, seed)
-    cached_train(run)
-    return str(run_dir(run) / "best.pt")
+    setup.cached_train(run)
+    return str(run_dir(run, setup.cache_dir) / "best.pt")
 
 
 def finetune_run(setup: Profile, method: str, density: float, seed: int, pflops: float | None = None,
@@ -117,7 +117,7 @@ def matched_run(setup: Profile, density: float, seed: int, method: str = "barter
     PFLOPs of :data:`COMPUTE_REFERENCE` on the same density and seed (Table 11); that run is
     read from the cache (trained if missing)."""
     choose("compute-matched method", method, MATCHED_METHODS)
-    reference = cached_train(finetune_run(setup, COMPUTE_REFERENCE, density, seed))
+    reference = setup.cached_train(finetune_run(setup, COMPUTE_REFERENCE, density, seed))
     return finetune_run(setup, method, density, seed, pflops=reference["train_pflops"])
 
 
@@ -147,8 +147,8 @@ def run_finetuning(setup: Profile, methods, densities, seeds, matched: bool = Tr
     """
     rows = []
     for run in tqdm(finetuning_runs(setup, methods, densities, seeds), desc="fine-tuning runs", disable=not progress):
-        rows.append(_row(run.method, run.density, run.seed, FULL, cached_train(run)))
+        rows.append(_row(run.method, run.density, run.seed, FULL, setup.cached_train(run)))
     if matched:
         for method, density, seed in [(m, d, s) for m in MATCHED_METHODS for d in densities for s in seeds]:
-            rows.append(_row(method, density, seed, MATCHED, cached_train(matched_run(setup, density, seed, method))))
+            rows.append(_row(method, density, seed, MATCHED, setup.cached_train(matched_run(setup, density, seed, method))))
     return pd.DataFrame(rows)

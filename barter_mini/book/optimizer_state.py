@@ -33,7 +33,6 @@ from tqdm import tqdm
 from ..core.barter import BarterSettings
 from ..errors import BarterError, check_list
 from ..masked.base import MaskedSettings
-from ..training.cache import cached_train
 from ..training.run_config import RunConfig
 from .experiments import profile_run
 from .profiles import Profile
@@ -102,7 +101,7 @@ def run_policies(setup: Profile, labels, density: float, seeds, progress: bool =
     pairs = check_policies(labels)
     runs, changes = [], []
     for (method, policy), seed in tqdm([(p, s) for p in pairs for s in seeds], desc="runs", disable=not progress):
-        metrics = cached_train(policy_run(setup, method, policy, density, seed))
+        metrics = setup.cached_train(policy_run(setup, method, policy, density, seed))
         windows = {around: loss_changes(metrics, key) for around, key in WINDOWS.items()}
         after = {}
         for around, change in windows.items():

@@ -35,7 +35,6 @@ from typing import Any, Callable
 import yaml
 
 from ..errors import BarterError, choose
-from ..training.cache import cached_train
 from ..training.methods import grid_methods
 from ..training.run_config import RunConfig
 from ..training.sweep import Stage
@@ -91,7 +90,7 @@ KINDS: dict[str, RunKind] = {
     # BARTER at one density and seed, on the profile's own training subset (chapter 01)
     "walkthrough": RunKind(
         stages=lambda setup, density, seed: [lambda: [walkthrough_run(setup, density, seed)]],
-        train=lambda setup, density, seed: cached_train(walkthrough_run(setup, density, seed))),
+        train=lambda setup, density, seed: setup.cached_train(walkthrough_run(setup, density, seed))),
     # every method at every density and seed (dense once, at rho 1): one row per run
     "grid": RunKind(
         stages=lambda setup, methods, densities, seeds: [lambda: grid_runs(setup, methods, densities, seeds)],

@@ -9,11 +9,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from ..core.budgets import check_density, compute_budget
 from ..core.models import get_model_config
 from ..errors import check_list, check_seed, choose
+from ..training.cache import cached_train
 from ..training.data import DATASETS
+from ..training.run_config import RunConfig
 from .tables import settings_markdown
 
 
@@ -32,13 +35,25 @@ class Profile:
     #: the precision of every run's forward pass (core.execution.PRECISIONS): bf16 where the
     #: profile is meant for a GPU
     precision: str = "fp32"
+    #: the run cache the runs are read from and trained into (None: $BARTER_MINI_CACHE or
+    #: runs/cache, :func:`~barter_mini.training.cache.default_cache_dir`)
+    cache_dir: Path | None = None
+    #: whether a run the cache lacks is trained (None: as $BARTER_MINI_TRAIN says); a
+    #: recorded grid reads its runs with False, so a missing run is an error, not a training
+    train_missing: bool | None = None
+
+    def cached_train(self, run: RunConfig) -> dict:
+        """``run``'s metrics from this profile's run cache, trained there if missing and
+        allowed (:func:`~barter_mini.training.cache.cached_train`)."""
+        return cached_train(run, self.cache_dir, self.train_missing)
 
     def _repr_markdown_(self) -> str:
         """The banner every chapter shows first (what this build's own runs are worth), then
         the settings."""
         banner = f"> **This page was built with the `{self.name}` profile.** {BUILT_WITH[self.name]}"
         return banner + "\n\n" + settings_markdown(
-            self, f"Profile `{self.name}`", {"epochs": "the recipe's", "train_subset": "all", "grid_train_subset": "all"})
+            self, f"Profile `{self.name}`", {"epochs": "the recipe's", "train_subset": "all", "grid_train_subset": "all"},
+            leave_out=("cache_dir", "train_missing"))
 
 
 #: what a page's own runs are worth under each profile, said at the top of every chapter: a

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..errors import BarterError, check_list, choose
-from ..training.cache import cached_train
 from ..core.models import get_model_config
 from ..training.recipes import get_recipe
 from ..training.run_config import RunConfig
@@ -125,7 +124,7 @@ def variant_run(setup: Profile, variant: Variant, density: float, seed: int,
                   overrides=dict(variant.overrides))
     if variant.allocation_from is not None:
         source = (variants or VARIANTS)[variant.allocation_from]
-        run = replace(run, allocation=final_allocation(cached_train(variant_run(setup, source, density, seed))))
+        run = replace(run, allocation=final_allocation(setup.cached_train(variant_run(setup, source, density, seed))))
     return run
 
 

@@ -22,16 +22,13 @@ import ast
 import json
 import os
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from unittest import mock
 
 import pandas as pd
 
 from ..errors import BarterError
-from ..training.cache import CACHE_ENV
 from ..training.checkpoints import write_csv_atomically
-from ..training.sweep import read_only_cache
 
 #: where the recorded grids live
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
@@ -88,12 +85,11 @@ class RecordedGrid:
         with :data:`PROVENANCE`: ``commit`` names the code that trained them. A missing run is
         a one-line :class:`~barter_mini.errors.BarterError` with :meth:`command`."""
         parameters = self.notebook_parameters(profile)
-        setup = self.plan.setup(profile, parameters)
+        # the cache only: a missing run raises instead of training
+        setup = replace(self.plan.setup(profile, parameters), cache_dir=cache_dir and Path(cache_dir).resolve(),
+                        train_missing=False)
         try:
-            # the cache only (read_only_cache): a missing run raises instead of training
-            with read_only_cache(), mock.patch.dict(os.environ, {} if cache_dir is None else
-                                                    {CACHE_ENV: str(Path(cache_dir).resolve())}):
-                table = self.plan.table(setup, parameters)
+            table = self.plan.table(setup, parameters)
         except BarterError as error:
             raise BarterError(f"the {self.name} grid is not all in the run cache ({str(error).split(':')[0]}): "
                               f"train it with `{self.command(profile)}`") from None

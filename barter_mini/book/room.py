@@ -32,20 +32,16 @@ clone in its donor's layer) on :data:`H1_SEEDS`, then on the fresh :data:`H1_CON
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 from ..core.budgets import Allocation, compute_budget, initial_allocation
 from ..core.models import get_model_config
-from ..core.surgery import unit_count
 from ..errors import BarterError
-from ..measure.reallocation import input_rows
-from ..training.cache import cached_train, run_dir
-from ..training.checkpoints import load_checkpoint, model_from_checkpoint, write_csv_atomically
+from ..training.cache import cached_train
+from ..training.checkpoints import write_csv_atomically
 from ..training.run_config import RunConfig
 from ..training.sweep import Stage
 from .claims import claim
@@ -54,6 +50,7 @@ from .profiles import Profile, resolve_profile
 from .reallocation_study import VARIANTS, final_allocation
 from .recorded_grid import recorded_data_dir
 from .seed_noise import paired_summary, standing
+from .unit_paths import final_twins, path_rows, update_diagnostics
 
 #: the book's quick setting: cct-mini on 15,000 CIFAR-10 images, 3 epochs
 ROOM_PROFILE = "quick"
@@ -77,9 +74,6 @@ WITHIN_LAYER = {"scope": "within-layer"}
 DERIVATION_VARIANTS = ("barter as derived", "pruning by Taylor^2", "split clone moments")
 #: the settings BARTER as derived changes: the Taylor score and split moments
 AS_DERIVED = VARIANTS["barter as derived"].overrides
-#: a unit whose input weights lie within this distance of another unit's of its layer,
-#: relative to its own norm, is a twin: a clone that never became a unit of its own
-TWIN_DISTANCE = 0.02
 
 
 def room_setup() -> Profile:
@@ -122,7 +116,7 @@ def found_allocation_runs(setup: Profile, seeds=ROOM_SEEDS, density: float = ROO
     """Stage 2: Static from the allocation BARTER ends with on the same seed (read from the
     cache: within a sweep the cache is read-only, so a missing BARTER run is an error)."""
     return [replace(profile_run(setup, "static", density, seed),
-                    allocation=final_allocation(cached_train(profile_run(setup, "barter", density, seed))))
+                    allocation=final_allocation(setup.cached_train(profile_run(setup, "barter", density, seed))))
             for seed in seeds]
 
 
@@ -160,112 +154,12 @@ def runs_frame(runs: list[RunConfig], setup: Profile, twins_too: bool = False) -
     moves = one_block_moves(even_allocation(setup))
     rows = []
     for run in runs:
-        metrics = cached_train(run, train_missing=False)
+        metrics = cached_train(run, setup.cache_dir, train_missing=False)
         rows.append({"label": label_of(run, moves), "seed": run.seed, "val_acc": 100 * metrics["val_acc"],
                      "acc": 100 * metrics["test_acc"], **final_allocation(metrics),
-                     **({**update_diagnostics(metrics), **(final_twins(run) if twins_too else {})}
+                     **({**update_diagnostics(metrics), **(final_twins(run, setup.cache_dir) if twins_too else {})}
                         if run.method == "barter" else {})})
     return pd.DataFrame(rows)
-
-
-def unit_fates(history: list[dict], kind: str) -> list[dict]:
-    """Every clone of a run's ``allocation_history``: the step it was made, and the step it was
-    pruned (None if it lived to the end).
-
-    Units are followed by their place in their layer's tensors: a prune keeps the survivors in
-    order, a between-layer update appends its clones to the receiver after pruning the donors,
-    a within-layer one appends them to the donor's layer before pruning (``core.barter``).
-    """
-    layers = [[("start", i) for i in range(n)] for n in history[0][kind]]
-    born: dict[tuple, int] = {}
-    pruned: dict[tuple, int] = {}
-
-    def remove(donors, step):
-        for layer in sorted({at for at, _ in donors}):
-            doomed = {u for at, u in donors if at == layer}
-            for u in doomed:
-                pruned[layers[layer][u]] = step
-            layers[layer] = [unit for u, unit in enumerate(layers[layer]) if u not in doomed]
-
-    def add(layer, step, count):
-        for _ in range(count):
-            unit = ("clone", len(born))
-            born[unit] = step
-            layers[layer].append(unit)
-
-    for entry in history[1:]:
-        record = entry.get("transfers", {}).get(kind)
-        if not record or not record["executed"]:
-            continue
-        step = entry["step"]
-        if record["receiver"] is None:
-            for layer in sorted({at for at, _ in record["parents"]}):
-                add(layer, step, sum(at == layer for at, _ in record["parents"]))
-            remove(record["donors"], step)
-        else:
-            remove(record["donors"], step)
-            add(record["receiver"], step, record["executed"])
-        if [len(units) for units in layers] != list(entry[kind]):
-            raise BarterError(f"the {kind} of step {step} do not follow from its transfers: "
-                              f"{[len(u) for u in layers]} followed, {entry[kind]} recorded")
-    return [{"born": step, "pruned": pruned.get(unit)} for unit, step in born.items()]
-
-
-def twins(model, kind: str, distance: float = TWIN_DISTANCE) -> int:
-    """Units of ``kind`` whose input weights lie within ``distance`` of another unit of the same
-    layer, relative to their own norm (``min_j |w_i - w_j| / |w_i|``): a clone and its parent
-    that still move in lockstep count two; independent units are far apart (about sqrt(2))."""
-    count = 0
-    for block in model.blocks:
-        rows = input_rows(block, kind, list(range(unit_count(block, kind))))
-        apart = torch.cdist(rows, rows) / rows.norm(dim=1, keepdim=True)
-        apart.fill_diagonal_(math.inf)
-        count += int((apart.min(dim=1).values < distance).sum())
-    return count
-
-
-def final_twins(run: RunConfig) -> dict:
-    """:func:`twins` of each kind in the model a cached run ended with (its ``last.pt``)."""
-    model = model_from_checkpoint(load_checkpoint(run_dir(run) / "last.pt"))
-    return {f"twins_{kind}": twins(model, kind) for kind in ("heads", "ffn")}
-
-
-def update_diagnostics(metrics: dict) -> dict:
-    """What a run's updates did, per kind: units moved, the share of its clones pruned again at
-    a later update (``repruned``), and the net displacement from where it started (half the L1
-    distance: the units that would have to move back); and the training loss's change across
-    an update (mean of the losses recorded after it minus the mean of those before, averaged
-    over the updates that moved units)."""
-    history = metrics.get("allocation_history") or []
-    row = {}
-    for kind in ("heads", "ffn"):
-        fates = unit_fates(history, kind) if history else []
-        row[f"moved_{kind}"] = len(fates)
-        row[f"repruned_{kind}"] = (sum(f["pruned"] is not None for f in fates) / len(fates)) if fates else float("nan")
-        row[f"displaced_{kind}"] = (sum(abs(a - b) for a, b in zip(history[-1][kind], history[0][kind])) // 2
-                                    if history else 0)
-    jumps = [sum(u["after"]) / len(u["after"]) - sum(u["before"]) / len(u["before"])
-             for u in metrics.get("update_losses") or [] if u["after"] and u["before"]]
-    row["loss_jump"] = sum(jumps) / len(jumps) if jumps else float("nan")
-    return row
-
-
-def path_rows(metrics: dict) -> list[dict]:
-    """A run's path: its heads and FFN channels per layer at the start and after every update
-    that moved units, with each kind's receiver and units moved there (None and 0 where that
-    kind moved nothing)."""
-    rows = []
-    for entry in metrics.get("allocation_history") or []:
-        transfers = entry.get("transfers", {})
-        if entry["step"] and not any(t["executed"] for t in transfers.values()):
-            continue
-        row = {"step": entry["step"], "heads": tuple(entry["heads"]), "ffn": tuple(entry["ffn"])}
-        for kind in ("heads", "ffn"):
-            moved = transfers.get(kind, {}).get("executed", 0)
-            row[f"receiver_{kind}"] = transfers[kind]["receiver"] if moved else None
-            row[f"moved_{kind}"] = moved
-        rows.append(row)
-    return rows
 
 
 def paired_gaps(frame: pd.DataFrame, reference: str = "even") -> pd.DataFrame:
@@ -434,7 +328,7 @@ def record(commit: str, path=None, h1: bool = False) -> Path:
             runs = stage.runs()
             frames.append(runs_frame(runs, setup, twins_too=h1).assign(stage=stage.name))
             paths += [{"label": label_of(run, moves), "seed": run.seed, **row} for run in runs
-                      if run.method == "barter" for row in path_rows(cached_train(run, train_missing=False))]
+                      if run.method == "barter" for row in path_rows(cached_train(run, setup.cache_dir, train_missing=False))]
         except BarterError as missing:
             print(f"recorded up to {stage.name!r}, which is not all in the run cache yet ({missing})")
             break

@@ -157,12 +157,14 @@ def use_page_tables() -> None:
         shell.display_formatter.formatters["text/html"].for_type(pd.DataFrame, _html)
 
 
-def settings_markdown(settings, title: str, none_means: dict[str, str] | None = None) -> str:
-    """A settings dataclass as a small Markdown table (setting, value) for a notebook page;
-    a None value reads as ``none_means[field]`` (e.g. "all"), else as a dash."""
+def settings_markdown(settings, title: str, none_means: dict[str, str] | None = None, leave_out=()) -> str:
+    """A settings dataclass as a small Markdown table (setting, value) for a notebook page,
+    without the fields named in ``leave_out``; a None value reads as ``none_means[field]``
+    (e.g. "all"), else as a dash."""
     none_means = none_means or {}
     rows = [f"| {field.name.replace('_', ' ')} | "
-            f"{_setting_text(getattr(settings, field.name), none_means.get(field.name))} |" for field in fields(settings)]
+            f"{_setting_text(getattr(settings, field.name), none_means.get(field.name))} |" for field in fields(settings)
+            if field.name not in leave_out]
     return "\n".join([f"**{title}**", "", "| setting | value |", "|---|---|", *rows])
 
 

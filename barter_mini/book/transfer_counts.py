@@ -20,7 +20,6 @@ import pandas as pd
 from tqdm import tqdm
 
 from ..errors import BarterError, check_in_range, check_list
-from ..training.cache import cached_train
 from ..training.run_config import RunConfig
 from .experiments import profile_run
 from .profiles import Profile
@@ -47,7 +46,7 @@ def run_multipliers(setup: Profile, multipliers, density: float, seeds, progress
     multipliers = check_multipliers(multipliers)
     rows = []
     for multiplier, seed in tqdm([(m, s) for m in multipliers for s in seeds], desc="runs", disable=not progress):
-        metrics = cached_train(multiplier_run(setup, multiplier, density, seed))
+        metrics = setup.cached_train(multiplier_run(setup, multiplier, density, seed))
         planned, executed = metrics["transfers_planned"], metrics["transfers_executed"]
         rows.append({"multiplier": multiplier, "seed": seed, "heads_planned": planned["heads"],
                      "ffn_planned": planned["ffn"], "head_transfers": executed["heads"],
