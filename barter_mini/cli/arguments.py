@@ -159,20 +159,39 @@ def help_of(spec: dataclasses.Field) -> str:
     return text() if callable(text) else text
 
 
-def run_setting_flag(parser, spec: dataclasses.Field, grid: bool = False) -> None:
+def run_setting_flag(parser, spec: dataclasses.Field, grid: bool = False, default=dataclasses.MISSING) -> None:
     """The flag of one :class:`~barter_mini.training.run_config.RunConfig` field, from its
     metadata (help, kind, flag name); ``grid``: a sweep's flag, unset unless given (the grid
-    applies the field's default, which the help names)."""
+    applies the field's default, which the help names); ``default``: another default than
+    the field's (a command that measures rather than trains), which the help names."""
     meta = spec.metadata
     flag, help_text = flag_of(spec), help_of(spec)
     if meta["kind"] == "bool":           # a flag that sets the field, or (--no-...) clears it
         parser.add_argument(flag, action="store_true", help=help_text)
         return
-    default = spec.default if spec.default is not dataclasses.MISSING else None
+    if default is dataclasses.MISSING:
+        default = spec.default if spec.default is not dataclasses.MISSING else None
+    else:
+        help_text = f"{help_text} (default {default})"
     if grid and default is not None:
         help_text, default = f"{help_text} (default {default})", None
     parser.add_argument(flag, type=setting_parsers()[meta["kind"]], default=default, help=help_text,
                         metavar=meta["metavar"])
+
+
+#: the model the commands that describe or measure a model (describe, bench, overhead) take
+#: unless told: the paper's CCT, whose numbers Tables 6 and 8 report
+MEASURED_MODEL = "cct-paper"
+
+
+def add_model_flags(parser: argparse.ArgumentParser, density: bool = True) -> None:
+    """``--model`` (default :data:`MEASURED_MODEL`) and, with ``density``, ``--density``:
+    :class:`~barter_mini.training.run_config.RunConfig`'s flags, with its help, parsers and
+    density default, for every command that describes or measures one model."""
+    specs = {spec.name: spec for spec in dataclasses.fields(RunConfig)}
+    run_setting_flag(parser, specs["model"], default=MEASURED_MODEL)
+    if density:
+        run_setting_flag(parser, specs["density"])
 
 
 def add_run_settings(parser: argparse.ArgumentParser, names=None) -> None:
