@@ -1,5 +1,5 @@
 """Where a training step's time goes, by kind of work: the profile behind BARTER's distance
-from the FLOPs ideal at low density (issue 13).
+from the FLOPs ideal at low density.
 
 The FLOPs-ideal speedup ``FLOPs(RigL) / FLOPs(BARTER)`` counts matrix products and
 attention, the work that shrinks with the density. A step also does work whose size is
@@ -99,7 +99,7 @@ def device_activity(step, steps: int = 3) -> dict[str, float]:
     """On a GPU: per step of ``step``, the launches the host made (:data:`LAUNCH_CALLS`; a
     replayed CUDA graph is one) and ``device_busy``, the kernels' summed time over the wall
     time of the steps (under the profiler, which slows the host: a lower bound). A step bound
-    by launches leaves the GPU idle between small kernels (issue 25)."""
+    by launches leaves the GPU idle between small kernels."""
     if not torch.cuda.is_available():
         raise RuntimeError("device_activity profiles a CUDA device; there is none")
     torch.cuda.synchronize()

@@ -2,7 +2,7 @@
 model's tensors change.
 
 At the paper's sizes a step of a compact model is hundreds of small kernels, and the GPU
-waits on their launches more than it computes (issue 25). A CUDA graph records the step's
+waits on their launches more than it computes. A CUDA graph records the step's
 kernels once and replays all of them with one launch. A graph holds the addresses of the
 tensors it read and wrote, so it must be recorded again whenever they change: after every
 topology update (BARTER's surgery makes new parameters, optimizer states and statistics)

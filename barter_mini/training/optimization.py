@@ -43,7 +43,7 @@ def make_optimizer(model: nn.Module, recipe: Recipe, capturable: bool = False) -
     PyTorch's fused kernel (``fused=True``, CPU and CUDA) updates every tensor in one pass,
     where the default loop pays a fixed Python cost per parameter tensor whatever its size: a
     cost that does not shrink with the density, so it weighs most on the sparsest compact
-    models (issue 13). The update is the same up to float32 rounding. ``capturable``: its step
+    models. The update is the same up to float32 rounding. ``capturable``: its step
     counts on the device and a tensor learning rate accepted, so a CUDA graph can record it
     (:mod:`~barter_mini.training.graphs`).
     """
