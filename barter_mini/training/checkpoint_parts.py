@@ -68,7 +68,7 @@ class Derived:
 
 
 @dataclass(frozen=True)
-class Absent:
+class OptionalPart:
     """A part a run may lack (the fp16 loss scaler): None in the file where the run has none."""
 
     part: Stateful | None
@@ -202,7 +202,7 @@ PARTS: tuple[Part, ...] = (
          _check_progress),
     Part("scheduler", RESUME_USE, lambda t: t.scheduler, of_kind(is_dict, "a dict (timm's scheduler state)"),
          lambda state, loading: check_scheduler(state, loading.path)),
-    Part("scaler", RESUME_USE, lambda t: Absent(t.parts.scaler),
+    Part("scaler", RESUME_USE, lambda t: OptionalPart(t.parts.scaler),
          of_kind(optional(is_dict), "None or a dict (the fp16 loss scaler's state)")),
     Part("diverged", RESUME_USE, lambda t: Derived(lambda: t.progress.diverged)),
     Part("rng", RESUME_USE, lambda t: RandomGenerators(), of_kind(
