@@ -25,11 +25,11 @@ def test_key_changes_with_configuration_and_version(monkeypatch):
     assert cache.run_key(smoke_run(density=0.3)) != base
     assert cache.run_key(smoke_run(progress=True)) == base
     # the recipe counts as resolved: restating its values names the same run, changing one does not
-    assert cache.run_key(smoke_run(overrides={"clone_moments": "fresh"}, lr=2e-3)) == base
+    assert cache.run_key(smoke_run(lr=2e-3).with_method_settings(clone_moments="fresh")) == base
     assert cache.run_key(smoke_run(epochs=None)) == base                  # the smoke recipe's epochs is 1
-    assert cache.run_key(smoke_run(overrides={"clone_moments": "split"})) != base
-    assert cache.run_key(smoke_run(overrides={"delta_t": 3})) != cache.run_key(smoke_run(delta_t=4)) != base
-    assert cache.run_key(smoke_run(overrides={"delta_t": 4})) == cache.run_key(smoke_run(delta_t=4))
+    assert cache.run_key(smoke_run().with_method_settings(clone_moments="split")) != base
+    assert cache.run_key(smoke_run().with_method_settings(delta_t=3)) != cache.run_key(smoke_run(delta_t=4)) != base
+    assert cache.run_key(smoke_run().with_method_settings(delta_t=4)) == cache.run_key(smoke_run(delta_t=4))
     monkeypatch.setattr(cache, "__version__", "9.9.9")
     assert cache.run_key(smoke_run()) != base
     monkeypatch.undo()

@@ -116,8 +116,7 @@ def test_the_data_command_reads_what_is_there(root, capsys):
 
 def test_barter_trains_on_a_slice_of_cifar10(root, tmp_path):
     run = RunConfig(method="barter", model="cct-mini", dataset="cifar10", density=0.3, train_subset=64, epochs=1,
-                    batch_size=16, delta_t=2, data_root=str(root), progress=False,
-                    overrides={"eval_subset": 64})
+                    batch_size=16, delta_t=2, data_root=str(root), progress=False, eval_subset=64)
     metrics = train(run, tmp_path / "run")
     assert metrics["dataset"] == "cifar10" and metrics["steps"] == 4
     assert 0.0 <= metrics["test_acc"] <= 1.0

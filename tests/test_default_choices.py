@@ -23,7 +23,7 @@ def test_the_recorded_runs_cover_every_combination_on_five_seeds_or_more_with_th
         assert re.fullmatch(r"[0-9a-f]{40}", row.commit), row
         assert row.command.startswith("papermill notebooks/05_reallocation.ipynb")
         assert row.variant in DESIGN_VARIANTS and f"{row.variant}" in row.command
-        overrides = DESIGN_VARIANTS[row.variant].overrides
+        overrides = DESIGN_VARIANTS[row.variant].changes
         if row.variant != REFERENCE:             # the settings a row names are the ones its variant trains
             assert overrides.get("pruning_score", "magnitude") == row.pruning_score
             assert overrides.get("clone_moments", "fresh") == row.clone_moments

@@ -30,8 +30,8 @@ def test_variant_runs_change_one_thing(monkeypatch):
     setup = PROFILES["smoke"]
     plain = study.variant_run(setup, study.VARIANTS["barter"], 0.3, 1)
     piled = study.variant_run(setup, study.VARIANTS["barter x12, piled start"], 0.3, 1)
-    assert (piled.start, piled.overrides) == ("first", {"transfer_multiplier": 12.0})
-    assert plain.start == "even" and plain.overrides == {} and piled.seed == plain.seed == 1
+    assert (piled.start, piled.method_settings_changes()) == ("first", {"transfer_multiplier": 12.0})
+    assert plain.start == "even" and plain.method_settings_changes() == {} and piled.seed == plain.seed == 1
     ended = {"allocation_history": [{"step": 0, "heads": [3] * 4, "ffn": [39, 39, 38, 38]},
                                     {"step": 40, "heads": [4, 3, 3, 2], "ffn": [30, 39, 38, 47], "transfers": {}}]}
     trained = []
@@ -45,5 +45,5 @@ def test_every_clone_moment_setting_has_its_variant():
     from barter_mini.core.barter import CLONE_MOMENTS, BarterSettings
     assert set(study.CLONE_MOMENT_VARIANTS) == set(CLONE_MOMENTS)
     for moments, label in study.CLONE_MOMENT_VARIANTS.items():
-        assert study.VARIANTS[label].overrides == {"clone_moments": moments}
+        assert study.VARIANTS[label].changes == {"clone_moments": moments}
     assert study.barter_defaults(PROFILES["quick"]).clone_moments == BarterSettings().clone_moments

@@ -91,8 +91,8 @@ def test_a_run_stopped_at_any_step_resumes_bitwise(tmp_path, one_thread, method,
 
 def test_warmup_policies_resume_bitwise(tmp_path, one_thread):
     """The optimizer-state warm-up keeps per-element ages in the optimizer state."""
-    run = RunConfig(method="barter", dataset="digits", recipe="smoke", epochs=2, seed=0, progress=False,
-                    overrides={"clone_moments": "warmup"})
+    run = RunConfig(method="barter", dataset="digits", recipe="smoke", epochs=2, seed=0,
+                    progress=False).with_method_settings(clone_moments="warmup")
     train(run, tmp_path / "whole")
     out = tmp_path / "resumed"
     train_until(run, 9, out)

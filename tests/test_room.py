@@ -107,8 +107,9 @@ def test_h1_trains_static_barter_and_its_within_layer_control_on_fresh_seeds():
     assert {run.seed for run in confirmation} == set(H1_CONFIRM_SEEDS)
     used = set(ROOM_SEEDS) | set(SEARCH_SEEDS)
     assert not (set(H1_SEEDS) | set(H1_CONFIRM_SEEDS)) & used and not set(H1_SEEDS) & set(H1_CONFIRM_SEEDS)
-    within = [run for run in test if run.overrides]
-    assert len(within) == len(H1_SEEDS) and all(run.overrides == {"scope": "within-layer"} for run in within)
+    within = [run for run in test if run.method_settings_changes()]
+    assert len(within) == len(H1_SEEDS) and all(run.method_settings_changes() == {"scope": "within-layer"}
+                                                for run in within)
     from barter_mini.training.optimization import resolve_recipe
     assert resolve_recipe(within[0], "cct").barter.scope == "within-layer"
     assert {(label_of(run, moves), run.seed) for run in fresh} == {

@@ -57,7 +57,7 @@ def test_read_only_cache_names_the_run_and_the_sweep_that_trains_it(tmp_path, mo
     assert list(tmp_path.iterdir()) == []                        # nothing created
     # a notebook's run that no grid flag can express points at the book's sweep
     with pytest.raises(BarterError, match=r"barter-mini sweep --book PROFILE"):
-        cache.cached_train(smoke_run(overrides={"clone_moments": "split"}), tmp_path)
+        cache.cached_train(smoke_run().with_method_settings(clone_moments="split"), tmp_path)
     # what the cache holds is read as usual
     fake_finished(run, tmp_path)
     assert cache.cached_train(run, tmp_path)["test_acc"] == 0.5

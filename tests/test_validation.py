@@ -142,12 +142,37 @@ def test_truncated_or_foreign_checkpoints_are_one_line_errors(tmp_path):
     assert not (tmp_path / "x.pt").exists()
 
 
-def test_a_flag_wins_over_the_same_setting_in_overrides():
+def test_a_flag_wins_over_the_same_setting_in_the_method_settings():
     from barter_mini.training.optimization import resolve_recipe
-    both = RunConfig(transfer_multiplier=2.0, overrides={"transfer_multiplier": 12.0, "clone_moments": "fresh"})
+    both = RunConfig(transfer_multiplier=2.0).with_method_settings(transfer_multiplier=12.0, clone_moments="fresh")
     recipe = resolve_recipe(both, "cct")
     assert recipe.barter.transfer_multiplier == 2.0 and recipe.barter.clone_moments == "fresh"
-    assert resolve_recipe(RunConfig(overrides={"transfer_multiplier": 12.0}), "cct").barter.transfer_multiplier == 12.0
+    changed = RunConfig().with_method_settings(transfer_multiplier=12.0)
+    assert resolve_recipe(changed, "cct").barter.transfer_multiplier == 12.0
+    assert resolve_recipe(changed, "cct").barter.delta_t == 40                      # the rest is the quick recipe's
+
+
+def test_method_settings_are_typed_by_the_methods_registry_row():
+    from barter_mini.core.barter import BarterSettings
+    from barter_mini.masked import MaskedSettings
+    from barter_mini.training.optimization import resolve_recipe
+    rigl = RunConfig(method="rigl").with_method_settings(regrow_moments="warmup")
+    assert isinstance(rigl.method_settings, MaskedSettings)
+    assert resolve_recipe(rigl, "cct").masked.regrow_moments == "warmup"
+    with pytest.raises(BarterError, match=r"^MaskedSettings has no setting clone_moments: it has "):
+        RunConfig(method="rigl").with_method_settings(clone_moments="split")
+    with pytest.raises(BarterError, match=r"^static has no settings to change$"):
+        RunConfig(method="static").with_method_settings(delta_t=3)
+    with pytest.raises(BarterError, match=r"^method_settings of rigl must be MaskedSettings, got BarterSettings$"):
+        RunConfig(method="rigl", method_settings=BarterSettings()).validate()
+    with pytest.raises(BarterError, match="clone_moments"):
+        RunConfig().with_method_settings(clone_moments="cold").validate()
+    # a run's JSON record reads back typed
+    from dataclasses import asdict
+    barter = RunConfig().with_method_settings(scope="within-layer")
+    assert RunConfig(**asdict(barter)) == barter
+    with pytest.raises(BarterError, match="do not fit BarterSettings"):
+        RunConfig(method_settings={"no_such_setting": 1})
 
 
 def test_a_given_allocation_must_hold_the_budgets(tmp_path):

@@ -1,6 +1,7 @@
 """The warm-up policy for new optimizer state: BARTER's clones and the masked methods' regrown weights."""
 
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from barter_mini.core.surgery import allocation_of
 from barter_mini.core.warmup import WARMUP_AGE, UpdateWarmup, start_warmup
 from barter_mini.errors import BarterError
 from barter_mini.masked import MaskedSettings, RigL
-from barter_mini.training.recipes import get_recipe, with_overrides
+from barter_mini.training.recipes import get_recipe
 
 from helpers import TINY_CCT, assert_in_sync, batch
 
@@ -104,9 +105,9 @@ def test_rigl_warmup_scales_a_regrown_weights_first_step():
     torch.testing.assert_close(warmup[name][~young], reset[name][~young])
 
 def test_policies_are_settings_with_one_line_errors():
-    recipe = with_overrides(get_recipe("smoke", "cct"), clone_moments="warmup", regrow_moments="warmup",
-                            warmup_steps=7)
-    assert recipe.barter.clone_warmup_steps == 7 and recipe.masked.regrow_warmup_steps == 7
+    barter = replace(get_recipe("smoke", "cct").barter, clone_moments="warmup", warmup_steps=7)
+    masked = replace(get_recipe("smoke", "cct").masked, regrow_moments="warmup", warmup_steps=7)
+    assert barter.clone_warmup_steps == 7 and masked.regrow_warmup_steps == 7
     with pytest.raises(BarterError, match="regrow_moments"):
         MaskedSettings(regrow_moments="cold").validate()
     with pytest.raises(BarterError, match="clone_moments"):

@@ -25,7 +25,6 @@ and the recorded grid (``data/policies_grid.csv``) use the functions here.
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import pandas as pd
 from tqdm import tqdm
@@ -85,7 +84,7 @@ def loss_changes(metrics: dict, windows: str = "update_losses") -> pd.DataFrame:
 
 def policy_run(setup: Profile, method: str, policy: str, density: float, seed: int) -> RunConfig:
     """The profile's run of ``method`` with its new units' optimizer state set to ``policy``."""
-    return replace(profile_run(setup, method, density, seed), overrides=dict(POLICIES[method, policy]))
+    return profile_run(setup, method, density, seed).with_method_settings(**POLICIES[method, policy])
 
 
 def run_policies(setup: Profile, labels, density: float, seeds, progress: bool = True):

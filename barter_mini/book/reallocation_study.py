@@ -23,7 +23,9 @@ class Variant:
     """A compact method with some of BARTER's settings changed, from some start."""
 
     method: str
-    overrides: dict = field(default_factory=dict)
+    #: BARTER's settings this variant changes, by name (applied with
+    #: :meth:`~barter_mini.training.run_config.RunConfig.with_method_settings`)
+    changes: dict = field(default_factory=dict)
     start: str = "even"
     #: start instead from the allocation the variant of this name ends with on the same seed
     allocation_from: str | None = None
@@ -118,10 +120,11 @@ def final_allocation(metrics: dict) -> dict[str, list[int]]:
 
 def variant_run(setup: Profile, variant: Variant, density: float, seed: int,
                 variants: dict[str, Variant] | None = None) -> RunConfig:
-    """The profile's run of ``variant`` (overrides of BARTER's settings and its start applied;
+    """The profile's run of ``variant`` (its changes of BARTER's settings and its start applied;
     a variant that starts where another ends trains that one first, through the run cache)."""
-    run = replace(profile_run(setup, variant.method, density, seed), start=variant.start,
-                  overrides=dict(variant.overrides))
+    run = replace(profile_run(setup, variant.method, density, seed), start=variant.start)
+    if variant.changes:
+        run = run.with_method_settings(**variant.changes)
     if variant.allocation_from is not None:
         source = (variants or VARIANTS)[variant.allocation_from]
         run = replace(run, allocation=final_allocation(setup.cached_train(variant_run(setup, source, density, seed))))

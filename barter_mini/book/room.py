@@ -73,7 +73,7 @@ WITHIN_LAYER = {"scope": "within-layer"}
 #: changes alone: why it loses (the names of reallocation_study.VARIANTS)
 DERIVATION_VARIANTS = ("barter as derived", "pruning by Taylor^2", "split clone moments")
 #: the settings BARTER as derived changes: the Taylor score and split moments
-AS_DERIVED = VARIANTS["barter as derived"].overrides
+AS_DERIVED = VARIANTS["barter as derived"].changes
 
 
 def room_setup() -> Profile:
@@ -135,9 +135,10 @@ def label_of(run: RunConfig, moves: dict[str, dict]) -> str:
     given allocation named by its move in ``moves`` (:func:`one_block_moves`: ``heads 0->2``)
     or ``barter's allocation``."""
     if run.method == "barter":
-        if run.overrides == WITHIN_LAYER:
+        changes = run.method_settings_changes()
+        if changes == WITHIN_LAYER:
             return "barter within-layer"
-        named = [name for name in DERIVATION_VARIANTS if VARIANTS[name].overrides == run.overrides]
+        named = [name for name in DERIVATION_VARIANTS if VARIANTS[name].changes == changes]
         return named[0] if named else "barter"
     if run.allocation is None:
         return "even" if run.start == "even" else f"piled {run.start}"
@@ -204,13 +205,13 @@ def h1_runs(setup: Profile, seeds) -> list[RunConfig]:
     control (:data:`WITHIN_LAYER`)."""
     return [run for seed in seeds for run in (
         profile_run(setup, "static", ROOM_DENSITY, seed), profile_run(setup, "barter", ROOM_DENSITY, seed),
-        replace(profile_run(setup, "barter", ROOM_DENSITY, seed), overrides=dict(WITHIN_LAYER)))]
+        profile_run(setup, "barter", ROOM_DENSITY, seed).with_method_settings(**WITHIN_LAYER))]
 
 
 def derivation_runs(setup: Profile, seeds=H1_SEEDS) -> list[RunConfig]:
     """BARTER with each change of :data:`DERIVATION_VARIANTS` alone but as derived (its own
     stage, :func:`fresh_seed_runs` trains as derived), on H1's seeds."""
-    return [replace(profile_run(setup, "barter", ROOM_DENSITY, seed), overrides=dict(VARIANTS[name].overrides))
+    return [profile_run(setup, "barter", ROOM_DENSITY, seed).with_method_settings(**VARIANTS[name].changes)
             for seed in seeds for name in DERIVATION_VARIANTS[1:]]
 
 
@@ -220,7 +221,7 @@ def fresh_seed_runs(setup: Profile, seeds=H1_SEEDS) -> list[RunConfig]:
     (:data:`AS_DERIVED`), paired with the default BARTER of the same seeds."""
     return [run for seed in seeds for run in (
         replace(profile_run(setup, "static", ROOM_DENSITY, seed), start="last"),
-        replace(profile_run(setup, "barter", ROOM_DENSITY, seed), overrides=dict(AS_DERIVED)))]
+        profile_run(setup, "barter", ROOM_DENSITY, seed).with_method_settings(**AS_DERIVED))]
 
 
 def h1_stages(setup: Profile | None = None) -> list[Stage]:

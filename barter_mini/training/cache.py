@@ -239,7 +239,7 @@ def key_settings(run: RunConfig) -> dict:
     """The settings of ``run`` that its key hashes, the ``init`` file still as its path: the
     recipe resolved, where data lives and the progress bar left out."""
     config = asdict(run)
-    for irrelevant in ("progress", "data_root", "download", "overrides", *recipe_settings()):
+    for irrelevant in ("progress", "data_root", "download", "method_settings", *recipe_settings()):
         config.pop(irrelevant)
     config["resolved_recipe"] = asdict(resolve_recipe(run, model_family(run.model)))
     return config
@@ -248,7 +248,7 @@ def key_settings(run: RunConfig) -> dict:
 def run_key(run: RunConfig) -> str:
     """Hash of everything that determines the run's results (not where data lives). The recipe
     enters resolved (:func:`~barter_mini.training.optimization.resolve_recipe`), not as the
-    overrides that produced it: a run that restates a recipe value (``clone_moments="fresh"``,
+    settings that produced it: a run that restates a recipe value (``clone_moments="fresh"``,
     ``--epochs 3`` on the quick recipe) is the same run, trained once, whichever notebook asks."""
     config = key_settings(run)
     config["init"] = _portable_init(config["init"])

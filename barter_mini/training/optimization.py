@@ -5,14 +5,15 @@ book's walkthrough build their steps from these, so all three optimize alike."""
 from __future__ import annotations
 
 import random
+from dataclasses import fields, replace
 
 import numpy as np
 import torch
 from torch import nn
 
 from ..errors import BarterError
-from .recipes import Recipe, get_recipe, with_overrides
-from .run_config import RunConfig, recipe_settings
+from .recipes import Recipe, get_recipe
+from .run_config import RECIPE_TARGETS, RunConfig, recipe_settings
 
 
 def resolve_device(name: str) -> torch.device:
@@ -58,9 +59,15 @@ def make_criterion(recipe: Recipe) -> nn.Module:
 
 
 def resolve_recipe(run: RunConfig, family: str) -> Recipe:
-    """The run's recipe (of the model ``family``) with the run's overrides applied: its
-    ``overrides`` dict, then every recipe setting given as a field of its own
-    (:func:`~barter_mini.training.run_config.recipe_settings`), which wins where both are set."""
-    flags = {name: getattr(run, name) for name in recipe_settings()}
-    return with_overrides(get_recipe(run.recipe, family),
-                          **{**run.overrides, **{k: v for k, v in flags.items() if v is not None}})
+    """The run's recipe (of the model ``family``) with the run's settings applied: its
+    ``method_settings`` in place of the recipe's settings of that type, then every recipe
+    setting the run gives as a field of its own
+    (:func:`~barter_mini.training.run_config.recipe_settings`), to the settings that field
+    names (the recipe's own, or BARTER's)."""
+    recipe = get_recipe(run.recipe, family)
+    if run.method_settings is not None:
+        recipe = replace(recipe, **{spec.name: run.method_settings for spec in fields(recipe)
+                                    if isinstance(getattr(recipe, spec.name), type(run.method_settings))})
+    given = {target: {name: getattr(run, name) for name in recipe_settings(target) if getattr(run, name) is not None}
+             for target in RECIPE_TARGETS}
+    return replace(recipe, **given["recipe"], barter=replace(recipe.barter, **given["barter"]))

@@ -8,7 +8,7 @@ Fashion-MNIST; ``smoke`` runs in seconds and exists for tests.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..core.barter import BarterSettings
 from ..masked import MaskedSettings
@@ -58,14 +58,3 @@ RECIPE_NAMES = ("paper", "quick", "smoke")
 def get_recipe(name: str, family: str) -> Recipe:
     choose("recipe", name, RECIPE_NAMES)
     return RECIPES[f"paper-{family}" if name == "paper" else name]
-
-
-def with_overrides(recipe: Recipe, **overrides) -> Recipe:
-    """The recipe with every non-None override applied (command-line flags); a setting of
-    BARTER's or the masked methods' goes to whichever has it (both, for ``warmup_steps``)."""
-    barter_keys, masked_keys = set(BarterSettings.__dataclass_fields__), set(MaskedSettings.__dataclass_fields__)
-    given = {k: v for k, v in overrides.items() if v is not None}
-    barter = {k: v for k, v in given.items() if k in barter_keys}
-    masked = {k: v for k, v in given.items() if k in masked_keys and k not in ("delta_t", "t_end")}
-    plain = {k: v for k, v in given.items() if k not in barter_keys | masked_keys}
-    return replace(recipe, **plain, barter=replace(recipe.barter, **barter), masked=replace(recipe.masked, **masked))

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from ..core.budgets import STARTS, check_density, compute_budget
 from ..core.configs import MODEL_CONFIGS
 from ..core.execution import PRECISIONS, Execution
-from ..core.models import get_model_config
+from ..core.models import get_model_config, model_family
 from ..core.models.timm_vit import TIMM_PREFIX
 from ..errors import BarterError, check_in_range, check_integer, check_seed, choose
 from .data import DATASETS
@@ -28,17 +28,25 @@ from .recipes import RECIPE_NAMES
 KINDS = ("str", "int", "float", "positive_int", "density", "classes", "bool")
 
 
+#: what a recipe setting of :class:`RunConfig` changes (``setting(recipe=...)``): the
+#: :class:`~barter_mini.training.recipes.Recipe` itself or its BARTER settings
+RECIPE_TARGETS = ("recipe", "barter")
+
+
 def setting(default: Any, help: str | Callable[[], str] = "", *, kind: str | None = None, flag: str | None = None,
-            metavar: str | None = None, cli: bool = True, recipe: bool = False):
+            metavar: str | None = None, cli: bool = True, recipe: str | None = None):
     """A :class:`RunConfig` field: ``default`` (a callable: a factory), and for its command-line
     flag the ``help`` (text, or a function giving it from the registries), the ``kind`` of
     value (:data:`KINDS`; default: bool for a bool default, else str), the ``flag`` (default
     ``--field-name``; a bool field's flag sets it, ``--no-...`` clears it) and ``metavar``;
-    ``cli`` False: no flag (settings given from Python or notebooks only); ``recipe`` True: a
-    recipe setting of the same name that this field overrides when set (:func:`recipe_settings`)."""
+    ``cli`` False: no flag (settings given from Python or notebooks only); ``recipe``: the
+    settings (one of :data:`RECIPE_TARGETS`) whose setting of the same name this field
+    overrides when set (:func:`recipe_settings`)."""
     kind = kind or ("bool" if isinstance(default, bool) or flag and flag.startswith("--no-") else "str")
     if kind not in KINDS:
         raise ValueError(f"a setting's kind is one of {', '.join(KINDS)}, not {kind!r}")
+    if recipe is not None and recipe not in RECIPE_TARGETS:
+        raise ValueError(f"a setting's recipe target is one of {', '.join(RECIPE_TARGETS)}, not {recipe!r}")
     metadata = {"help": help, "kind": kind, "flag": flag, "metavar": metavar, "cli": cli, "recipe": recipe}
     if callable(default):
         return field(default_factory=default, metadata=metadata)
@@ -56,12 +64,17 @@ class RunConfig:
     density: float = setting(0.3, "fraction of heads and FFN channels kept (dense: 1)", kind="density")
     seed: int = setting(0, "random seed (model init, data split and order, updates)", kind="int")
     recipe: str = setting("quick", lambda: f"one of {', '.join(RECIPE_NAMES)}")
-    epochs: int | None = setting(None, "epochs (default: the recipe's)", kind="positive_int", recipe=True)
-    batch_size: int | None = setting(None, "batch size (default: the recipe's)", kind="positive_int", recipe=True)
-    lr: float | None = setting(None, "peak learning rate (default: the recipe's)", kind="float", recipe=True)
-    train_subset: int | None = setting(None, "train on the first N shuffled training images", kind="positive_int", recipe=True)
-    transfer_multiplier: float | None = setting(None, "scale the planned transfers (Table 16)", kind="float", recipe=True)
-    delta_t: int | None = setting(None, "optimizer steps between topology updates", kind="positive_int", recipe=True)
+    epochs: int | None = setting(None, "epochs (default: the recipe's)", kind="positive_int", recipe="recipe")
+    batch_size: int | None = setting(None, "batch size (default: the recipe's)", kind="positive_int", recipe="recipe")
+    lr: float | None = setting(None, "peak learning rate (default: the recipe's)", kind="float", recipe="recipe")
+    train_subset: int | None = setting(None, "train on the first N shuffled training images", kind="positive_int",
+                                     recipe="recipe")
+    eval_subset: int | None = setting(None, "evaluate on the first N validation and test images", kind="positive_int",
+                                      recipe="recipe")
+    transfer_multiplier: float | None = setting(None, "scale the planned transfers (Table 16)", kind="float",
+                                             recipe="barter")
+    delta_t: int | None = setting(None, "optimizer steps between topology updates", kind="positive_int",
+                                  recipe="barter")
     #: where a compact model starts (core.budgets.STARTS): even, or piled into the first or last layers
     start: str = setting("even", "initial allocation of a compact method: even, first or last (piled into those layers)")
     #: or an explicit starting allocation ``{"heads": [...], "ffn": [...]}`` with the density's budgets
@@ -98,7 +111,44 @@ class RunConfig:
                                        "every topology update (CUDA only; dense, static, oneshot, barter)")
     #: a progress bar (None: tqdm's choice, on a terminal); the flag turns it off
     progress: bool | None = setting(None, "no progress bar", flag="--no-progress")
-    overrides: dict = setting(dict, cli=False)
+    #: the method's own settings, whole and typed (the registry row's ``settings`` type:
+    #: :class:`~barter_mini.core.barter.BarterSettings` for BARTER and its variants,
+    #: :class:`~barter_mini.masked.MaskedSettings` for the masked baselines), in place of the
+    #: recipe's; None: the recipe's. Built with :meth:`with_method_settings`.
+    method_settings: Any = setting(None, cli=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.method_settings, dict):         # read back from a run's JSON record
+            self.method_settings = _settings_from_record(self.method, self.method_settings)
+
+    def with_method_settings(self, **changes) -> "RunConfig":
+        """This run with its method's settings (the recipe's, or those it has) changed in the
+        fields ``changes`` names: a one-line error for a method without settings or a field
+        its settings lack."""
+        from .optimization import resolve_recipe     # resolving a recipe needs this module
+
+        settings_type = get_method(self.method).settings
+        if settings_type is None:
+            raise BarterError(f"{self.method} has no settings to change")
+        unknown = sorted(set(changes) - {spec.name for spec in fields(settings_type)})
+        if unknown:
+            raise BarterError(f"{settings_type.__name__} has no setting {', '.join(unknown)}: it has "
+                              f"{', '.join(spec.name for spec in fields(settings_type))}")
+        current = self.method_settings or _recipe_settings_of(resolve_recipe(self, model_family(self.model)),
+                                                              settings_type)
+        return replace(self, method_settings=replace(current, **changes))
+
+    def method_settings_changes(self) -> dict:
+        """The fields in which this run's method settings differ from its recipe's (``{}``
+        where it has none of its own): what :meth:`with_method_settings` changed."""
+        if self.method_settings is None:
+            return {}
+        from .optimization import resolve_recipe
+
+        recipe = resolve_recipe(replace(self, method_settings=None), model_family(self.model))
+        base = _recipe_settings_of(recipe, type(self.method_settings))
+        return {spec.name: getattr(self.method_settings, spec.name) for spec in fields(self.method_settings)
+                if getattr(self.method_settings, spec.name) != getattr(base, spec.name)}
 
     def validate(self) -> "RunConfig":
         """A checked, normalised copy: the density a method always trains at (dense: 1) applied.
@@ -155,6 +205,15 @@ class RunConfig:
             check_in_range("pflops", self.pflops, 0.0, math.inf, low_open=True)
             if self.epochs is not None:
                 raise BarterError("give either epochs or a PFLOPs budget (--pflops, --match-compute), not both")
+        if self.eval_subset is not None:
+            check_integer("eval_subset", self.eval_subset)
+        if self.method_settings is not None:
+            settings_type = method.settings
+            if settings_type is None or not isinstance(self.method_settings, settings_type):
+                raise BarterError(f"method_settings of {self.method} must be "
+                                  f"{settings_type.__name__ if settings_type else 'None'}, "
+                                  f"got {type(self.method_settings).__name__}")
+            self.method_settings.validate()
         if self.device not in ("auto", "cpu", "cuda"):
             raise BarterError(f"device must be auto, cpu or cuda, got {self.device!r}")
         for name in ("compile", "recompute", "cuda_graphs"):
@@ -171,7 +230,28 @@ class RunConfig:
         return Execution(self.compile, self.recompute, self.precision, self.cuda_graphs)
 
 
-def recipe_settings() -> tuple[str, ...]:
+def recipe_settings(target: str | None = None) -> tuple[str, ...]:
     """The :class:`RunConfig` fields that override the recipe setting of the same name when
-    set (``recipe=True`` in :func:`setting`), in field order."""
-    return tuple(spec.name for spec in fields(RunConfig) if spec.metadata.get("recipe"))
+    set (``recipe=`` in :func:`setting`; only those of ``target``, one of
+    :data:`RECIPE_TARGETS`, where given), in field order."""
+    return tuple(spec.name for spec in fields(RunConfig)
+                 if spec.metadata.get("recipe") and target in (None, spec.metadata["recipe"]))
+
+
+def _recipe_settings_of(recipe, settings_type: type):
+    """The settings of type ``settings_type`` a recipe holds (its BARTER or masked settings)."""
+    return next(getattr(recipe, spec.name) for spec in fields(recipe)
+                if isinstance(getattr(recipe, spec.name), settings_type))
+
+
+def _settings_from_record(method: str, record: dict):
+    """A run's method settings from their JSON record (a dict of their fields), typed by the
+    method's registry row; a one-line error where they do not fit it."""
+    settings_type = get_method(method).settings
+    try:
+        settings = settings_type(**{key: tuple(value) if isinstance(value, list) else value
+                                    for key, value in record.items()})
+    except TypeError as error:
+        raise BarterError(f"the recorded method settings of {method} do not fit "
+                          f"{getattr(settings_type, '__name__', 'a method without settings')}: {error}") from None
+    return settings
