@@ -16,6 +16,8 @@ from ..training.methods import METHODS
 #: readers with any of the three colour-vision deficiencies, further from every other method
 #: than the book's tests require (simulated with colorspacious)
 BARTER_COLOR = METHODS["barter"].look.color
+#: dense, the full-density reference, is the one grey
+DENSE_COLOR = METHODS["dense"].look.color
 #: hue (degrees) kept clear on either side of BARTER's red
 BARTER_HUE_GAP = 45.0
 
