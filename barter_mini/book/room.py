@@ -151,7 +151,8 @@ def label_of(run: RunConfig, moves: dict[str, dict]) -> str:
 def runs_frame(runs: list[RunConfig], setup: Profile, twins_too: bool = False) -> pd.DataFrame:
     """One row per run, read from the cache (never trained): label, seed, validation and test
     Top-1 (%), and the heads and FFN channels per layer it ended with; for BARTER, what its
-    updates did (:func:`update_diagnostics`) and, with ``twins_too``, its :func:`final_twins`."""
+    updates did (:func:`~barter_mini.book.unit_paths.update_diagnostics`) and, with
+    ``twins_too``, its :func:`~barter_mini.book.unit_paths.final_twins`."""
     moves = one_block_moves(even_allocation(setup))
     rows = []
     for run in runs:
@@ -318,8 +319,8 @@ H1_COMMAND = "nice python -m barter_mini.book.room --h1 --jobs 2"
 def record(commit: str, path=None, h1: bool = False) -> Path:
     """Every room run's row (:func:`runs_frame`, with ``stage``), ``commit`` and :data:`COMMAND`,
     written atomically to ``data/room.csv`` (H1's stages: ``data/room_h1.csv``), and every
-    BARTER run's path (:func:`path_rows`) to ``data/room_path.csv`` (``room_h1_path.csv``): the
-    stages in the cache, up to the first that is not (its name printed), so that a sweep still
+    BARTER run's path (:func:`~barter_mini.book.unit_paths.path_rows`) to
+    ``data/room_path.csv`` (``room_h1_path.csv``): the stages in the cache, up to the first that is not (its name printed), so that a sweep still
     running can be recorded as far as it got."""
     setup = room_setup()
     frames, paths = [], []

@@ -36,10 +36,10 @@ from .resume_contents import check_bit_generators, check_generators, check_optim
 #: the layout of every checkpoint this version writes and reads (``best.pt``, ``last.pt``, an
 #: export): one entry per row of :data:`PARTS`, plain types only (read with ``weights_only=True``)
 CHECKPOINT_FORMAT = 4
+MODEL_USE, RUN_USE, RESUME_USE = "model", "run", "resume"
 #: the uses of a checkpoint, each needing the entries of its own rows and those before it:
 #: rebuilding the model (``--init``, an export), a run's best model (``export``, testing it),
 #: continuing the run (``last.pt`` with ``--resume``)
-MODEL_USE, RUN_USE, RESUME_USE = "model", "run", "resume"
 USES = (MODEL_USE, RUN_USE, RESUME_USE)
 
 
@@ -230,7 +230,7 @@ def entries_for(use: str, source) -> dict:
 def check_resume_state(checkpoint: dict, path: Path,
                        parameter_groups: Callable[[torch.nn.Module], list[list]]) -> dict:
     """``checkpoint`` (a ``last.pt`` whose entries :func:`~barter_mini.training.checkpoints.load_checkpoint`
-    checked for :data:`RESUME_USE`) if the trainer can continue from it, else a one-line error
+    checked for ``RESUME_USE``) if the trainer can continue from it, else a one-line error
     naming ``path`` and the first entry that is wrong: every row's own check, in order (the
     model's against the model built on the meta device, the optimizer's groups and moments,
     the NumPy generators in the method's state, the progress and how it agrees with the

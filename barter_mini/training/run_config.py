@@ -113,7 +113,7 @@ class RunConfig:
     progress: bool | None = setting(None, "no progress bar", flag="--no-progress")
     #: the method's own settings, whole and typed (the registry row's ``settings`` type:
     #: :class:`~barter_mini.core.barter.BarterSettings` for BARTER and its variants,
-    #: :class:`~barter_mini.masked.MaskedSettings` for the masked baselines), in place of the
+    #: :class:`~barter_mini.masked.base.MaskedSettings` for the masked baselines), in place of the
     #: recipe's; None: the recipe's. Built with :meth:`with_method_settings`.
     method_settings: Any = setting(None, cli=False)
 
