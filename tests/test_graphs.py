@@ -17,7 +17,7 @@ from barter_mini.errors import BarterError
 from barter_mini.measure.bench import build_training_step
 from barter_mini.core.method import MethodController
 from barter_mini.training.graphs import GraphedStep, check_graphs_possible
-from barter_mini.training.methods import METHODS, Method
+from barter_mini.training.methods import METHODS, Look, Method
 from barter_mini.training.run_config import RunConfig
 from barter_mini.training.step import training_step
 from barter_mini.training.trainer import build_training
@@ -242,10 +242,12 @@ def test_graphs_are_refused_where_they_cannot_work(monkeypatch):
         check_graphs_possible(torch.device("cpu"), "static")
     with pytest.raises(BarterError, match="runs on one process"):
         check_graphs_possible(torch.device("cuda"), "static", distributed=True)
-    probe = Method("probe", ProbeController, full_width=False, build=lambda setup: ProbeController())
+    probe = Method("probe", "probe", ProbeController, full_width=False, build=lambda setup: ProbeController(),
+                   look=Look("D", hue_slot=10))
     monkeypatch.setitem(METHODS, "probe", probe)
     with pytest.raises(BarterError, match="probe does work on the host before every step.*offered for dense, "
-                                          "static, oneshot, barter"):
+                                          "set, snfs, rigl, srigl, s2vite, static, oneshot, random-receiver, "
+                                          "random-donor, random-pair, barter$"):
         check_graphs_possible(torch.device("cuda"), "probe")
     check_graphs_possible(torch.device("cuda"), "static")        # nothing to refuse
     with pytest.raises(BarterError, match="needs a CUDA device; this run asks for the cpu"):

@@ -22,7 +22,7 @@ from ..core.models.timm_vit import TIMM_PREFIX
 from ..errors import BarterError, check_in_range, check_integer, check_seed, choose
 from .data import DATASETS
 from .methods import get_method, METHODS
-from .recipes import RECIPE_NAMES
+from .recipes import RECIPE_NAMES, get_recipe
 
 #: the kinds of value a setting's flag parses (the command line maps each to its parser)
 KINDS = ("str", "int", "float", "positive_int", "density", "classes", "bool")
@@ -108,7 +108,7 @@ class RunConfig:
                                              "fp16, for GPUs without bf16, scales the loss)")
     #: the whole step recorded as one CUDA graph, recorded anew after each update (training.graphs)
     cuda_graphs: bool = setting(False, "replay each training step from a recorded CUDA graph, recorded anew after "
-                                       "every topology update (CUDA only; dense, static, oneshot, barter)")
+                                       "every topology update (CUDA only)")
     #: a progress bar (None: tqdm's choice, on a terminal); the flag turns it off
     progress: bool | None = setting(None, "no progress bar", flag="--no-progress")
     #: the method's own settings, whole and typed (the registry row's ``settings`` type:
@@ -125,8 +125,6 @@ class RunConfig:
         """This run with its method's settings (the recipe's, or those it has) changed in the
         fields ``changes`` names: a one-line error for a method without settings or a field
         its settings lack."""
-        from .optimization import resolve_recipe     # resolving a recipe needs this module
-
         settings_type = get_method(self.method).settings
         if settings_type is None:
             raise BarterError(f"{self.method} has no settings to change")
@@ -134,19 +132,19 @@ class RunConfig:
         if unknown:
             raise BarterError(f"{settings_type.__name__} has no setting {', '.join(unknown)}: it has "
                               f"{', '.join(spec.name for spec in fields(settings_type))}")
-        current = self.method_settings or _recipe_settings_of(resolve_recipe(self, model_family(self.model)),
-                                                              settings_type)
+        current = self.method_settings or _recipe_settings_of(self._recipe(), settings_type)
         return replace(self, method_settings=replace(current, **changes))
+
+    def _recipe(self):
+        """The named recipe of this run's model family, before the run changes anything in it."""
+        return get_recipe(self.recipe, model_family(self.model))
 
     def method_settings_changes(self) -> dict:
         """The fields in which this run's method settings differ from its recipe's (``{}``
         where it has none of its own): what :meth:`with_method_settings` changed."""
         if self.method_settings is None:
             return {}
-        from .optimization import resolve_recipe
-
-        recipe = resolve_recipe(replace(self, method_settings=None), model_family(self.model))
-        base = _recipe_settings_of(recipe, type(self.method_settings))
+        base = _recipe_settings_of(self._recipe(), type(self.method_settings))
         return {spec.name: getattr(self.method_settings, spec.name) for spec in fields(self.method_settings)
                 if getattr(self.method_settings, spec.name) != getattr(base, spec.name)}
 
