@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 FASHION_DEBIAN := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install system-book system-test data test test-fast test-gpu fuzz gpu-parts book lab gpu-bench clean
+.PHONY: install system-book system-test data test test-fast test-gpu fuzz gpu-parts book lab live gpu-bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -99,6 +99,15 @@ gpu-parts: data
 LAB_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 lab: system-book data
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(LAB_ROOT) $(LAB_ARGS)
+
+# The built book with live code: every notebook page's "Live code" button makes its cells
+# editable and runnable against a Jupyter kernel on this machine (Thebe, served by the book).
+# Both servers listen on 127.0.0.1 only, the kernel server wants a random token, and the
+# kernels work in a scratch folder. Builds the book at PROFILE first if none is built;
+# prints the one address to open; Ctrl-C stops it. E.g. make live LIVE_ARGS="--port 8000"
+LIVE_ARGS ?=
+live: system-book data
+	$(PY) -m barter_mini.book.live --profile $(PROFILE) $(LIVE_ARGS)
 
 clean:
 	rm -rf _build .pytest_cache .hypothesis

@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -92,3 +93,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.property)
             if fuzzing:
                 fuzzed(test)
+
+
+@pytest.fixture(scope="session")
+def book_html(tmp_path_factory) -> Path:
+    """The html folder of the smoke book the browser tests read: ``$BARTER_MINI_BOOK_HTML``
+    or one fresh build, shared by every test module that asks."""
+    prebuilt = os.environ.get("BARTER_MINI_BOOK_HTML")
+    if prebuilt:
+        path = Path(prebuilt).resolve()
+        assert (path / "index.html").is_file(), f"BARTER_MINI_BOOK_HTML={prebuilt} has no index.html"
+        return path
+    from barter_mini.book.build import build_book
+
+    return Path(build_book("smoke", tmp_path_factory.mktemp("book"))).parent

@@ -25,7 +25,6 @@ installed, is never involved.
 from __future__ import annotations
 
 import fnmatch
-import os
 import subprocess
 import sys
 import urllib.error
@@ -121,17 +120,7 @@ def pages_for_parametrize() -> list[str]:
 
 # --- fixtures -----------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def book_html(tmp_path_factory) -> Path:
-    """The html folder: ``$BARTER_MINI_BOOK_HTML`` or a fresh smoke build."""
-    prebuilt = os.environ.get("BARTER_MINI_BOOK_HTML")
-    if prebuilt:
-        path = Path(prebuilt).resolve()
-        assert (path / "index.html").is_file(), f"BARTER_MINI_BOOK_HTML={prebuilt} has no index.html"
-        return path
-    from barter_mini.book.build import build_book
-
-    return Path(build_book("smoke", tmp_path_factory.mktemp("book"))).parent
+# book_html (the built smoke book, shared with test_live_book.py) is conftest.py's
 
 
 @pytest.fixture(scope="module")

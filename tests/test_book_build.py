@@ -39,6 +39,7 @@ def test_the_build_logs_each_notebook_and_times_every_step(tmp_path, monkeypatch
     monkeypatch.setattr(build, "stage_sources", lambda stage, repo: (stage / "notebooks").mkdir(parents=True,
                                                                                                 exist_ok=True))
     monkeypatch.setattr(build, "vendor_mathjax", lambda stage, cache: None)
+    monkeypatch.setattr(build, "vendor_thebe", lambda stage, cache: None)
     monkeypatch.setattr(build, "execute_notebook", fake_papermill)
     monkeypatch.setattr(build, "build_html", lambda stage: stage / "_build" / "html" / "index.html")
     figures = []

