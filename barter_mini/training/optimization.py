@@ -5,7 +5,7 @@ book's walkthrough build their steps from these, so all three optimize alike."""
 from __future__ import annotations
 
 import random
-from dataclasses import fields, replace
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -66,8 +66,7 @@ def resolve_recipe(run: RunConfig, family: str) -> Recipe:
     names (the recipe's own, or BARTER's)."""
     recipe = get_recipe(run.recipe, family)
     if run.method_settings is not None:
-        recipe = replace(recipe, **{spec.name: run.method_settings for spec in fields(recipe)
-                                    if isinstance(getattr(recipe, spec.name), type(run.method_settings))})
+        recipe = recipe.with_method_settings(run.method_settings)
     given = {target: {name: getattr(run, name) for name in recipe_settings(target) if getattr(run, name) is not None}
              for target in RECIPE_TARGETS}
     return replace(recipe, **given["recipe"], barter=replace(recipe.barter, **given["barter"]))

@@ -8,7 +8,7 @@ Fashion-MNIST; ``smoke`` runs in seconds and exists for tests.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 from ..core.barter import BarterSettings
 from ..masked import MaskedSettings
@@ -31,6 +31,18 @@ class Recipe:
     barter: BarterSettings = field(default_factory=BarterSettings)
     #: the masked baselines' own knobs (their update interval and horizon are BARTER's)
     masked: MaskedSettings = field(default_factory=MaskedSettings)
+
+    def _method_field(self, settings_type: type) -> str:
+        """The field that holds a method's settings of ``settings_type`` (``barter`` or ``masked``)."""
+        return next(spec.name for spec in fields(self) if isinstance(getattr(self, spec.name), settings_type))
+
+    def method_settings(self, settings_type: type):
+        """The settings of ``settings_type`` this recipe holds (its BARTER or masked settings)."""
+        return getattr(self, self._method_field(settings_type))
+
+    def with_method_settings(self, settings) -> "Recipe":
+        """This recipe with ``settings`` in place of its own settings of that type."""
+        return replace(self, **{self._method_field(type(settings)): settings})
 
 
 #: recipe name -> recipe (``paper`` resolves to ``paper-cct`` or ``paper-vit`` by model family)

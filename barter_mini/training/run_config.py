@@ -132,7 +132,7 @@ class RunConfig:
         if unknown:
             raise BarterError(f"{settings_type.__name__} has no setting {', '.join(unknown)}: it has "
                               f"{', '.join(spec.name for spec in fields(settings_type))}")
-        current = self.method_settings or _recipe_settings_of(self._recipe(), settings_type)
+        current = self.method_settings or self._recipe().method_settings(settings_type)
         return replace(self, method_settings=replace(current, **changes))
 
     def _recipe(self):
@@ -144,7 +144,7 @@ class RunConfig:
         where it has none of its own): what :meth:`with_method_settings` changed."""
         if self.method_settings is None:
             return {}
-        base = _recipe_settings_of(self._recipe(), type(self.method_settings))
+        base = self._recipe().method_settings(type(self.method_settings))
         return {spec.name: getattr(self.method_settings, spec.name) for spec in fields(self.method_settings)
                 if getattr(self.method_settings, spec.name) != getattr(base, spec.name)}
 
@@ -234,12 +234,6 @@ def recipe_settings(target: str | None = None) -> tuple[str, ...]:
     :data:`RECIPE_TARGETS`, where given), in field order."""
     return tuple(spec.name for spec in fields(RunConfig)
                  if spec.metadata.get("recipe") and target in (None, spec.metadata["recipe"]))
-
-
-def _recipe_settings_of(recipe, settings_type: type):
-    """The settings of type ``settings_type`` a recipe holds (its BARTER or masked settings)."""
-    return next(getattr(recipe, spec.name) for spec in fields(recipe)
-                if isinstance(getattr(recipe, spec.name), settings_type))
 
 
 def _settings_from_record(method: str, record: dict):
