@@ -102,9 +102,11 @@ lab: system-book data
 
 # The built book with live code: every notebook page's "Live code" button makes its cells
 # editable and runnable against a Jupyter kernel on this machine (Thebe, served by the book).
-# Both servers listen on 127.0.0.1 only, the kernel server wants a random token, and the
-# kernels work in a scratch folder. Builds the book at PROFILE first if none is built;
-# prints the one address to open; Ctrl-C stops it. E.g. make live LIVE_ARGS="--port 8000"
+# Both servers listen on 127.0.0.1 only and answer only that name or localhost; the kernel
+# server wants a random token, printed in the address's fragment and nowhere else; the
+# kernels work in a private scratch folder. Builds the book at PROFILE first if none is built;
+# prints the one address to open; Ctrl-C (or closing the terminal) stops both servers.
+# E.g. make live LIVE_ARGS="--port 8000"
 LIVE_ARGS ?=
 live: system-book data
 	$(PY) -m barter_mini.book.live --profile $(PROFILE) $(LIVE_ARGS)

@@ -1,7 +1,8 @@
-"""``make live`` in a real browser: chapter 00 goes live, a cell edited on the page runs in a
-local kernel and its new output appears under it; nothing leaves 127.0.0.1; the kernel
-server refuses a request without its token; a page opened from a file says in one line how
-to start ``make live``.
+"""``make live`` in a real browser: a tab that has not opened the printed address gets no
+kernel; once it has (the key in the address's fragment), chapter 00 goes live, a cell edited
+on the page runs in a local kernel and its new output appears under it; nothing leaves
+127.0.0.1; the kernel server refuses a request without the printed token; a page opened from
+a file says in one line how to start ``make live``.
 
 The smoke book is conftest.py's ``book_html`` (built once for the browser tests, or
 ``$BARTER_MINI_BOOK_HTML``); ``make live LIVE_ARGS="--html ... --port ..."`` serves it.
@@ -38,28 +39,25 @@ from playwright import sync_api  # noqa: E402
 
 @pytest.fixture(scope="module")
 def live(book_html, tmp_path_factory):
-    """``make live`` on the built book: its address and what ``/live.json`` says (the kernel
-    server's address and token); stopped (its whole process group) at the end."""
+    """``make live`` on the built book: the address it printed (its key in the fragment) and
+    what ``/live.json`` says (the kernel server's address); stopped (its whole process group)
+    at the end."""
     port = free_port()
     log_path = tmp_path_factory.mktemp("live") / "make-live.log"
     log = open(log_path, "w")
     server = subprocess.Popen(["make", "-s", "live", f"LIVE_ARGS=--html {book_html} --port {port}"], cwd=REPO,
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://{HOST}:{port}/"
     deadline = time.monotonic() + START_S
     try:
-        while True:
-            try:
-                with urllib.request.urlopen(url + "live.json", timeout=2) as answer:
-                    settings = json.load(answer)
-                break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
+        while "#live=" not in log_path.read_text():
             if server.poll() is not None or time.monotonic() > deadline:
                 log.flush()
-                pytest.fail(f"make live did not answer on {url}:\n{log_path.read_text()}")
+                pytest.fail(f"make live printed no address:\n{log_path.read_text()}")
             time.sleep(0.5)
-        yield url, settings
+        address = next(word for word in log_path.read_text().split() if "#live=" in word)
+        with urllib.request.urlopen(f"http://{HOST}:{port}/live.json", timeout=5) as answer:
+            settings = json.load(answer)
+        yield address, settings
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
@@ -94,25 +92,34 @@ def wait_for_state(page, states, seconds: float) -> tuple[str | None, str]:
         time.sleep(0.5)
 
 
-def test_the_servers_listen_on_127_0_0_1_and_want_the_token(live):
-    url, settings = live
-    assert urlsplit(settings["baseUrl"]).hostname == HOST and urlsplit(url).hostname == HOST
+def test_the_servers_listen_on_127_0_0_1_and_want_the_token_of_the_printed_address(live):
+    address, settings = live
+    assert urlsplit(settings["baseUrl"]).hostname == HOST and urlsplit(address).hostname == HOST
+    token = urlsplit(address).fragment.removeprefix("live=")
+    assert token and token not in json.dumps(settings)
     kernels = settings["baseUrl"] + "api/kernels"
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(kernels, timeout=5)
     assert refused.value.code == 403
     with urllib.request.urlopen(urllib.request.Request(
-            kernels, headers={"Authorization": f"token {settings['token']}"}), timeout=5) as answer:
+            kernels, headers={"Authorization": f"token {token}"}), timeout=5) as answer:
         assert answer.status == 200
 
 
 def test_chapter_00_goes_live_and_an_edited_cell_runs_on_the_page(live, browser):
-    url, settings = live
+    address, settings = live
+    url = address.split("index.html#", 1)[0]
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     hosts = []
     page.on("request", lambda request: hosts.append(urlsplit(request.url)))
     page.on("websocket", lambda socket: hosts.append(urlsplit(socket.url)))
+    page.goto(url + FROM_SCRATCH_PAGE)                     # not yet the printed address: no key
+    page.click("button.live-code-button")
+    state, text = wait_for_state(page, ("instruction", "ready", "failed"), 10)
+    assert state == "instruction" and "#live=" in text, text
+    page.goto(address)                                     # the printed address: the tab keeps its key
+    assert "#live=" not in page.url                        # and the address bar forgets it
     page.goto(url + FROM_SCRATCH_PAGE)
     page.click("button.live-code-button")
     state, text = wait_for_state(page, ("ready", "failed"), RUN_S)

@@ -1,23 +1,46 @@
-"""What ``make live`` starts, checked without a browser: the Jupyter server's flags, the
-kernels' scratch folder and environment, the refusal of a folder that holds no book."""
+"""What ``make live`` starts, checked without a browser: the Jupyter server's settings, the
+token's hand-over, the printed address, the kernels' scratch folder and environment, the
+refusal of a folder that holds no book."""
 
 from __future__ import annotations
 
 import os
+import re
+import stat
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
-from barter_mini.book import live
+from barter_mini.book import live, live_kernels
 from barter_mini.errors import BarterError
 
 
-def test_the_jupyter_server_listens_on_127_0_0_1_with_a_token_and_the_books_origin(tmp_path):
-    command = live.jupyter_command(8123, "secret", "http://127.0.0.1:8000", tmp_path)
-    assert "--ServerApp.ip=127.0.0.1" in command and "--ServerApp.port=8123" in command
-    assert "--IdentityProvider.token=secret" in command
-    assert "--ServerApp.allow_origin=http://127.0.0.1:8000" in command      # the book's origin, not *
-    assert f"--ServerApp.root_dir={tmp_path}" in command and "--ServerApp.port_retries=0" in command
+def test_the_jupyter_server_listens_on_127_0_0_1_for_the_books_origin_with_no_secret_on_its_command_line(tmp_path):
+    command = live.jupyter_command(tmp_path, 8123, 8000)
+    assert command[1:] == ["-m", "barter_mini.book.live_kernels", str(tmp_path), "8123", "8000"]
+    settings = live_kernels.server_arguments(tmp_path, 8123, 8000, "secret")
+    assert "--ServerApp.ip=127.0.0.1" in settings and "--ServerApp.port=8123" in settings
+    assert "--IdentityProvider.token=secret" in settings and "--ServerApp.terminals_enabled=False" in settings
+    assert "--ServerApp.allow_remote_access=False" in settings and "--ServerApp.port_retries=0" in settings
+    pattern = re.compile(live_kernels.book_origin_pattern(8000))           # the book's origin, not *
+    assert pattern.match("http://127.0.0.1:8000") and pattern.match("http://localhost:8000")
+    assert not pattern.match("http://evil.example:8000") and not pattern.match("http://127.0.0.1:8001")
+
+
+def test_the_token_is_handed_over_in_a_private_file_read_once(tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(mode=0o700)
+    live.hand_over_token(scratch, "secret")
+    assert stat.S_IMODE((scratch / live_kernels.TOKEN_FILE).stat().st_mode) == 0o600
+    assert live_kernels.take_token(scratch) == "secret" and list(scratch.iterdir()) == []
+    assert not any(name.startswith("JUPYTER_TOKEN") for name in live.kernel_environment(scratch))
+
+
+def test_the_printed_address_carries_the_token_in_its_fragment_only():
+    address = urlsplit(live.live_address(8000, "secret"))
+    assert (address.hostname, address.port, address.path) == ("127.0.0.1", 8000, "/index.html")
+    assert address.fragment == "live=secret" and address.query == ""
 
 
 def test_the_kernels_work_in_a_scratch_copy():

@@ -7,6 +7,35 @@
 
   var INSTRUCTION = "Live code needs the book's local server: run `make live` in the repository " +
     "and open the address it prints.";
+  var NO_KEY = "Live code needs this tab to have opened the address `make live` printed " +
+    "(it ends in #live=…, the key to your kernels): open it in this tab.";
+  // The key to the kernel server arrives in the printed address's fragment, which the
+  // browser never sends to a server; the tab keeps it (sessionStorage: this tab, this origin)
+  // and the address bar loses it, so it is not shared with a copied link.
+  var KEY_ITEM = "barter-mini-live-key";
+
+  function keepKey() {
+    var found = /(?:^#|&)live=([^&]+)/.exec(window.location.hash);
+    if (!found) {
+      return;
+    }
+    try {
+      window.sessionStorage.setItem(KEY_ITEM, decodeURIComponent(found[1]));
+    } catch (error) {
+      return;
+    }
+    window.history.replaceState(null, "", window.location.pathname + window.location.search);
+  }
+
+  function key() {
+    try {
+      return window.sessionStorage.getItem(KEY_ITEM);
+    } catch (error) {
+      return null;
+    }
+  }
+
+  keepKey();
   var HINT = "Live: these cells run in a Python kernel on this machine. Change a value in the " +
     "parameters cell (a density, a seed) and run it and the cells below it; edits are never saved.";
 
@@ -68,6 +97,12 @@
       button.disabled = false;
       return;
     }
+    var token = key();
+    if (!token) {
+      say(status, NO_KEY, "instruction");
+      button.disabled = false;
+      return;
+    }
     var live;
     try {
       var answer = await fetch(new URL("live.json", root()), { cache: "no-store" });
@@ -91,11 +126,11 @@
       mathjaxUrl: "",
       selector: "[data-executable]",
       outputSelector: "[data-output]",
-      serverSettings: { baseUrl: live.baseUrl, wsUrl: live.wsUrl, token: live.token, appendToken: true },
+      serverSettings: { baseUrl: live.baseUrl, wsUrl: live.wsUrl, token: token, appendToken: true },
       kernelOptions: { kernelName: "python3", name: "python3" },
     });
     if (!started || !started.session) {
-      say(status, "No kernel started: is `make live` still running?", "failed");
+      say(status, "No kernel started: is `make live` still running? If it was started again, open the address it printed now.", "failed");
       button.disabled = false;
       return;
     }
