@@ -60,3 +60,12 @@ def test_a_folder_without_a_book_is_one_line(tmp_path):
     with pytest.raises(BarterError, match=r"^.* holds no index.html: give the html folder of a built book$"):
         live.ensure_book(tmp_path, "smoke", None)
     assert live.main(["--html", str(tmp_path)]) == 2
+
+
+def test_a_kernel_server_without_its_token_is_one_line_and_removes_its_folder(tmp_path, capsys):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(mode=0o700)
+    assert live_kernels.main([str(scratch), "8123", "8000"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith("error: make live's Jupyter server found no token")
+    assert not scratch.exists()

@@ -60,7 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     scratch_arg, port, book_port = (argv if argv is not None else sys.argv[1:])
     scratch = Path(scratch_arg)
     try:
-        token = take_token(scratch)
+        try:
+            token = take_token(scratch)
+        except OSError as error:
+            print(f"error: make live's Jupyter server found no token in {scratch} ({error.strerror}): "
+                  "start make live again", file=sys.stderr)
+            return 2
         os.environ["JUPYTER_RUNTIME_DIR"] = str(scratch / RUNTIME_FOLDER)
         from jupyter_server.serverapp import ServerApp
 
