@@ -80,6 +80,10 @@ SLOW_TESTS = (
     "test_budgets.py::test_describe_json_has_params_and_gflops",
     "test_budgets.py::test_describe_text_lists_every_layer",
     "test_bench.py::test_the_profiler_writes_no_log_lines_to_stderr",
+    "test_one_line_errors.py::test_the_room_refuses_a_jobs_count_below_one_in_one_line",
+    "test_one_line_errors.py::test_the_room_says_that_record_trains_nothing_when_given_a_dry_run",
+    "test_one_line_errors.py::test_recording_the_room_from_an_empty_cache_is_one_line_and_writes_nothing",
+    "test_one_line_errors.py::test_a_notebook_at_a_bad_density_fails_in_one_line_that_points_at_the_executed_notebook",
 )
 
 

@@ -13,8 +13,9 @@ with; every chapter has at least one.
 
 The ``python`` code blocks of every answer are run here, exercise by exercise, in a fresh
 namespace (they are written to run in seconds, and assert the expectation they state), so
-an answer cannot drift from the package. Every ``papermill`` command in an exercise must name
-an existing notebook and only parameters of its ``parameters`` cell.
+an answer cannot drift from the package. Every ``barter-mini notebook`` command (papermill's
+``-p`` and ``-y``) in an exercise must name an existing notebook and only parameters of its
+``parameters`` cell.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ LEVELS = {"★": "Warm-up", "★★": "Practice", "★★★": "Challenge"}
 HEADING = re.compile(r"(★{1,3}) (Warm-up|Practice|Challenge)\. (\S.*)")
 DROPDOWN = re.compile(r"^:::\{dropdown\} (\w+)\n(.*?)^:::$", re.S | re.M)
 PYTHON = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
-PAPERMILL = re.compile(r"papermill (\S+\.ipynb) (.*)")
+RERUN = re.compile(r"barter-mini notebook (\S+\.ipynb) (.*)")
 
 
 def chapter_text(path: Path) -> str:
@@ -133,17 +134,17 @@ def test_every_chapter_asks_to_implement_something_and_checks_it(chapter):
         assert answer_code(body).strip(), f"{chapter.name}: {title!r} has no Python in its answer"
 
 
-def papermill_commands():
+def rerun_commands():
     for chapter in CHAPTERS:
         for title, body in exercises(chapter):
             for line in body.splitlines():
-                match = PAPERMILL.search(line.strip().strip("`"))
+                match = RERUN.search(line.strip().strip("`"))
                 if match:
                     yield pytest.param(chapter, match.group(1), match.group(2), id=case_id(chapter, title))
 
 
-@pytest.mark.parametrize("chapter, notebook, arguments", list(papermill_commands()))
-def test_papermill_commands_name_real_parameters(chapter, notebook, arguments):
+@pytest.mark.parametrize("chapter, notebook, arguments", list(rerun_commands()))
+def test_rerun_commands_name_real_parameters(chapter, notebook, arguments):
     path = REPO / notebook
     assert path.is_file(), f"{chapter.name} runs {notebook}, which does not exist"
     declared = set(notebook_defaults(path))
@@ -156,7 +157,7 @@ def test_papermill_commands_name_real_parameters(chapter, notebook, arguments):
             parsed = yaml.safe_load(value)
             assert isinstance(parsed, dict), f"-y {value!r} is not a YAML mapping"
             named += list(parsed)
-    assert named, f"{chapter.name}: 'papermill {notebook} {arguments}' sets no parameter"
+    assert named, f"{chapter.name}: 'barter-mini notebook {notebook} {arguments}' sets no parameter"
     assert set(named) <= declared, f"{chapter.name}: {sorted(set(named) - declared)} are not parameters of {notebook}"
 
 

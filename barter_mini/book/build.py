@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import BarterError, choose
+from ..errors import BarterError, choose, shown_path
 from ..training.checkpoints import check_can_create
 from .mechanism import write_mechanism_figures
 from .paper_numbers import book_substitutions
@@ -161,9 +161,17 @@ def cell_traceback(traceback) -> tuple[str, ...]:
     return () if len(lines) == 1 and lines[0].startswith("error: ") else tuple(lines)
 
 
-def execute_notebook(source: Path, target: Path, parameters: dict, progress_bar: dict | bool = False) -> float:
+#: the kernel's arguments: its warnings (ipykernel's on a TCP connection without encryption, at
+#: every start) would stand on stderr beside a failure's one line, before or after it
+QUIET_KERNEL = ["--IPKernelApp.log_level=ERROR"]
+
+
+def execute_notebook(source: Path, target: Path, parameters: dict, progress_bar: dict | bool = False,
+                     keep_failed: bool = False) -> float:
     """Run one notebook with papermill into ``target`` (``progress_bar`` as papermill takes
-    it, e.g. :func:`cell_progress`); on failure delete it and raise a one-line error whose
+    it, e.g. :func:`cell_progress`); on failure raise a one-line error that names the cell
+    and its error. With ``keep_failed`` the executed notebook stays, and the line ends with
+    its path (it holds the cell's whole traceback); else it is deleted and the error's
     ``details`` are the cell's traceback (printed after it). Returns its seconds."""
     import papermill
 
@@ -176,11 +184,14 @@ def execute_notebook(source: Path, target: Path, parameters: dict, progress_bar:
     try:
         papermill.execute_notebook(str(source), str(target), parameters=parameters,
                                    kernel_name="python3", cwd=str(target.parent),
-                                   progress_bar=progress_bar, log_output=False)
+                                   progress_bar=progress_bar, log_output=False, extra_arguments=QUIET_KERNEL)
     except papermill.PapermillExecutionError as error:
-        target.unlink(missing_ok=True)
         message = str(error.evalue).strip().splitlines()[0] if error.evalue else ""
-        failure = BarterError(f"notebook {source.name} failed in cell {error.exec_count}: {error.ename}: {message}")
+        what_failed = f"notebook {source.name} failed in cell {error.exec_count}: {error.ename}: {message}"
+        if keep_failed:
+            raise BarterError(f"{what_failed} (full log: {shown_path(target)})") from None
+        target.unlink(missing_ok=True)
+        failure = BarterError(what_failed)
         failure.details = cell_traceback(error.traceback)
         raise failure from None
     finally:

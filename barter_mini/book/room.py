@@ -32,6 +32,7 @@ clone in its donor's layer) on :data:`H1_SEEDS`, then on the fresh :data:`H1_CON
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import replace
 from pathlib import Path
 
@@ -320,8 +321,9 @@ def record(commit: str, path=None, h1: bool = False) -> Path:
     """Every room run's row (:func:`runs_frame`, with ``stage``), ``commit`` and :data:`COMMAND`,
     written atomically to ``data/room.csv`` (H1's stages: ``data/room_h1.csv``), and every
     BARTER run's path (:func:`~barter_mini.book.unit_paths.path_rows`) to
-    ``data/room_path.csv`` (``room_h1_path.csv``): the stages in the cache, up to the first that is not (its name printed), so that a sweep still
-    running can be recorded as far as it got."""
+    ``data/room_path.csv`` (``room_h1_path.csv``): the stages in the cache, up to the first that
+    is not (its name printed), so that a sweep still running can be recorded as far as it got;
+    with none in the cache, a one-line :class:`~barter_mini.errors.BarterError` and no file."""
     setup = room_setup()
     frames, paths = [], []
     moves = one_block_moves(even_allocation(setup))
@@ -332,6 +334,9 @@ def record(commit: str, path=None, h1: bool = False) -> Path:
             paths += [{"label": label_of(run, moves), "seed": run.seed, **row} for run in runs
                       if run.method == "barter" for row in path_rows(cached_train(run, setup.cache_dir, train_missing=False))]
         except BarterError as missing:
+            if not frames:
+                raise BarterError(f"nothing to record: the first stage, {stage.name!r}, is not all in the run cache "
+                                  f"yet ({missing})") from None
             print(f"recorded up to {stage.name!r}, which is not all in the run cache yet ({missing})")
             break
     frame = pd.concat(frames, ignore_index=True).round(4).assign(commit=commit, command=H1_COMMAND if h1 else COMMAND)
@@ -345,20 +350,48 @@ def record(commit: str, path=None, h1: bool = False) -> Path:
     return write_csv_atomically(path, tuple(frame.columns), frame.to_dict("records"))
 
 
-if __name__ == "__main__":
-    import argparse
+def commit_name(text: str) -> str:
+    """``--record``'s COMMIT: the commit the recorded rows name, one word."""
+    if not text or text != text.strip() or any(char.isspace() or not char.isprintable() for char in text):
+        raise argparse.ArgumentTypeError(f"expected the commit the rows record, one word such as a git hash, "
+                                         f"got {text!r}")
+    return text
 
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m barter_mini.book.room``: train the room's runs (or H1's) into the run cache,
+    or record them; every failure is one ``error: ...`` line, exit status 2."""
+    from ..cli import OneLineParser, exit_status
+    from ..cli.arguments import positive_int
     from ..training.sweep import ExecutorSettings, run_sweep
 
-    parser = argparse.ArgumentParser(description="train the room's runs into the run cache")
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--dry-run", action="store_true")
-    parser.add_argument("--record", metavar="COMMIT", help="record the trained runs in data/room.csv instead")
+    parser = OneLineParser(prog="python -m barter_mini.book.room",
+                           description="train the room's runs into the run cache, or record them")
+    parser.add_argument("--jobs", type=positive_int, help="runs training at once (default 2)")
+    parser.add_argument("--dry-run", action="store_true", help="list the runs a sweep would train; train nothing")
+    parser.add_argument("--record", metavar="COMMIT", type=commit_name,
+                        help="record the trained runs in data/room.csv instead of training")
     parser.add_argument("--h1", action="store_true", help="H1's test (data/room_h1.csv) instead of the room")
-    args = parser.parse_args()
-    if args.record:
-        print(record(args.record, h1=args.h1))
+    args = parser.parse_args(argv)
+    if args.record is not None:
+        training_flags = {"--dry-run": (args.dry_run, "it lists the runs a sweep would train"),
+                          "--jobs": (args.jobs, "it sets the runs training at once")}
+        given = [f"{flag} ({what})" for flag, (value, what) in training_flags.items() if value]
+        if given:
+            parser.error(f"--record COMMIT records the runs already in the run cache and trains nothing: "
+                         f"leave out {' and '.join(given)}")
+
+        def work() -> int:
+            print(record(args.record, h1=args.h1))
+            return 0
     else:
-        stages = h1_stages() if args.h1 else room_stages()
-        report = run_sweep(stages, ExecutorSettings(kind="local", jobs=args.jobs), dry_run=args.dry_run)
-        print(report.summary())
+        def work() -> int:
+            stages = h1_stages() if args.h1 else room_stages()
+            report = run_sweep(stages, ExecutorSettings(kind="local", jobs=args.jobs or 2), dry_run=args.dry_run)
+            print(report.summary())
+            return 0 if args.dry_run or report.complete else 1
+    return exit_status(work)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import Callable
 
 from ..errors import DIVERGED_STATUS, BarterError, TrainingDiverged, TrainingInterrupted, printable
 from ..training.methods import METHODS, bench_methods
 from . import arguments
 from .arguments import GRID_SETTINGS, add_run_settings
-from .commands import (cmd_bench, cmd_book, cmd_data, cmd_describe, cmd_export, cmd_gpu_lend, cmd_overhead,
-                       cmd_sweep, cmd_train)
+from .commands import (cmd_bench, cmd_book, cmd_data, cmd_describe, cmd_export, cmd_gpu_lend, cmd_notebook,
+                       cmd_overhead, cmd_sweep, cmd_train)
 
 
 def _describe_parser(sub) -> None:
@@ -51,6 +52,29 @@ def _book_parser(sub) -> None:
                    help="train nothing: read every run from the run cache (filled by barter-mini sweep --book "
                         "PROFILE); a missing run stops the build with the sweep command that trains it")
     p.set_defaults(func=cmd_book)
+
+
+#: what ``barter-mini notebook --help`` says it does
+NOTEBOOK_DESCRIPTION = ("Run one notebook with papermill at chosen parameters, into OUT; -p and -y are papermill's. "
+                        "A failure is one line, the failed cell's error, that ends with OUT's path: the executed "
+                        "notebook keeps the cell's whole traceback (papermill itself would print its own traceback "
+                        "after it). Parameters the notebook lacks are refused before it runs; the notebook runs in "
+                        "OUT's folder, where the files it writes land.")
+
+
+def _notebook_parser(sub) -> None:
+    p = sub.add_parser("notebook", help="run one notebook at chosen parameters (papermill's -p and -y); "
+                                        "a failure is one line", description=NOTEBOOK_DESCRIPTION)
+    p.add_argument("notebook", metavar="NOTEBOOK", help="the notebook to run, e.g. notebooks/01_walkthrough.ipynb")
+    p.add_argument("out", metavar="OUT", type=arguments.output_file,
+                   help="the executed notebook to write (kept when a cell fails)")
+    p.add_argument("-p", "--parameters", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                   help="set a parameter, VALUE read as papermill reads it: True, False, None, a number, else text "
+                        "(repeatable)")
+    p.add_argument("-y", "--parameters-yaml", type=arguments.yaml_parameters, action="append", default=[],
+                   metavar="YAML", help='set parameters from a YAML mapping, e.g. "{seeds: [0, 1, 2]}" (repeatable; '
+                                        "-p wins over it, as in papermill)")
+    p.set_defaults(func=cmd_notebook)
 
 
 def _data_parser(sub) -> None:
@@ -179,8 +203,8 @@ def _gpu_lend_parser(sub) -> None:
 
 
 #: the commands, each with the function that adds its parser
-COMMANDS = (_describe_parser, _train_parser, _export_parser, _book_parser, _data_parser, _bench_parser, _overhead_parser,
-            _sweep_parser, _gpu_lend_parser)
+COMMANDS = (_describe_parser, _train_parser, _export_parser, _book_parser, _notebook_parser, _data_parser,
+            _bench_parser, _overhead_parser, _sweep_parser, _gpu_lend_parser)
 
 
 class Parser(argparse.ArgumentParser):
@@ -191,6 +215,14 @@ class Parser(argparse.ArgumentParser):
         super().error(printable(message))
 
 
+class OneLineParser(Parser):
+    """A parser whose refusal is the one line ``error: ...`` the package's own errors print,
+    with no usage before it: for a command whose every failure is that one line."""
+
+    def error(self, message: str):
+        self.exit(2, printable(f"error: {message}") + "\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="barter-mini", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -199,12 +231,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+def exit_status(work: Callable[[], int]) -> int:
+    """``work()``'s exit status, or that of the failure it raised, printed on stderr as the
+    command line prints each: a :class:`~barter_mini.errors.BarterError` as ``error: ...``
+    (status 2), an interrupted run as ``interrupted: ...`` (128 + the signal), a diverged one
+    as ``diverged: ...`` (:data:`~barter_mini.errors.DIVERGED_STATUS`)."""
     # each line is escaped whole (errors.printable): a path in it may hold control characters
     try:
-        return args.func(args)
+        return work()
     except BarterError as error:
         print(printable(f"error: {error}"), file=sys.stderr)
         for line in error.details:      # a failed notebook's traceback: after the line that says what failed
@@ -217,3 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         print(printable(f"diverged: {error}"), file=sys.stderr)
         return DIVERGED_STATUS
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    return exit_status(lambda: args.func(args))

@@ -62,6 +62,42 @@ def notebook_parameter(text: str) -> tuple[str, object]:
     return name, parsed
 
 
+#: how to install the libraries the book's commands need beside the package's own
+BOOK_INSTALL = "pip install -e '.[book]' (make install does)"
+
+
+def papermill_value(text: str):
+    """A ``-p NAME VALUE``'s value as papermill's own ``-p`` reads it, so that a command
+    written for papermill means the same: ``True``, ``False``, ``None``, an int, a float, else
+    the text itself."""
+    named = {"True": True, "False": False, "None": None}
+    if text in named:
+        return named[text]
+    for number in (int, float):
+        try:
+            return number(text)
+        except ValueError:
+            pass
+    return text
+
+
+def yaml_parameters(text: str) -> dict:
+    """A ``-y YAML`` option: a mapping of parameter names to values, as papermill's ``-y``."""
+    try:
+        import yaml
+    except ImportError:
+        raise argparse.ArgumentTypeError(f"-y needs PyYAML, one of the book's libraries: {BOOK_INSTALL}") from None
+    try:
+        parsed = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError) as error:
+        raise argparse.ArgumentTypeError(f"cannot read {text!r} as YAML ({type(error).__name__}): give a mapping "
+                                         'such as "{seeds: [0, 1, 2]}"') from None
+    if not isinstance(parsed, dict) or not all(isinstance(name, str) for name in parsed):
+        raise argparse.ArgumentTypeError(f'expected a YAML mapping of parameter names such as "{{seeds: [0, 1, 2]}}", '
+                                         f"got {text!r}")
+    return parsed
+
+
 def non_negative_int(text: str) -> int:
     try:
         return check_integer("the value", int(text), minimum=0)

@@ -19,7 +19,7 @@ from ..training.export import export_run
 from ..training.run_inputs import read_train_pflops
 from ..training.trainer import train
 from .arguments import GRID_SETTINGS, run_from_args
-from ..errors import BarterError, printable
+from ..errors import BarterError, printable, shown_path
 
 
 def _describe(args) -> dict:
@@ -130,6 +130,35 @@ def cmd_book(args) -> int:
         build = run_book_build(args.profile, args.build_dir)       # progress on stderr
     print(format_times(build))
     print(f"built in {build.total_s:.0f} s; open {build.index}")
+    return 0
+
+
+def cmd_notebook(args) -> int:
+    from ..book.plans import chapter_parameters
+    from .arguments import BOOK_INSTALL, papermill_value
+
+    try:
+        from ..book.build import cell_progress, execute_notebook
+    except ImportError as missing:
+        raise BarterError(f"barter-mini notebook needs {missing.name or missing}, one of the book's libraries: {BOOK_INSTALL}")
+    source, target = Path(args.notebook), Path(args.out)
+    if source.suffix != ".ipynb" or not source.is_file():
+        raise BarterError(f"{shown_path(source)} is no notebook file: give one of notebooks/*.ipynb")
+    if target.resolve() == source.resolve():
+        raise BarterError(f"{shown_path(target)} is the notebook to run: give another file to write it into")
+    overrides = {name: value for mapping in args.parameters_yaml for name, value in mapping.items()}
+    overrides.update((name, papermill_value(value)) for name, value in args.parameters)
+    profile = overrides.pop("profile", None)
+    try:
+        parameters = chapter_parameters(source, overrides, profile)
+    except BarterError:
+        raise
+    except (ValueError, KeyError, TypeError, SyntaxError) as error:      # not JSON, no cells, a cell not Python
+        raise BarterError(f"{shown_path(source)} is no notebook whose parameters can be read "
+                          f"({type(error).__name__}): give one of notebooks/*.ipynb") from None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    seconds = execute_notebook(source, target, parameters, progress_bar=cell_progress(source.name), keep_failed=True)
+    print(printable(f"{target} ({seconds:.0f} s)"))
     return 0
 
 
