@@ -81,12 +81,14 @@ def default_cache_dir() -> Path:
 
 
 def check_cache_dir(cache_dir: Path | None = None, writable: bool = True, create: bool = False) -> Path:
-    """``cache_dir`` (default :func:`default_cache_dir`) if it is a folder, or, where it is to
-    be ``writable``, a folder that can be created; else a one-line error naming where the path
-    came from. Neither it nor a folder above it may be writable by another user
-    (:func:`~barter_mini.training.trusted_folders.open_trusted_folder`): what the cache holds
-    decides what the book reports and what a fine-tuning run starts from. ``create``: make
-    the folder (never writable by others), else create nothing."""
+    """The path to ``cache_dir`` (default :func:`default_cache_dir`) that the check walked, links
+    resolved, if it is a folder, or, where it is to be ``writable``, a folder that can be
+    created; else a one-line error naming the path as given and where it came from. Neither it
+    nor a folder above it may be writable by another user
+    (:func:`~barter_mini.training.trusted_folders.walk_trusted_folder`): what the cache holds
+    decides what the book reports and what a fine-tuning run starts from, so the cache is
+    used through the walked path, the folder that passed, whatever a link on the way points
+    to later. ``create``: make the folder (never writable by others), else create nothing."""
     cache_dir = Path(cache_dir or default_cache_dir())
     origin = _origin(cache_dir)
     try:
@@ -96,8 +98,7 @@ def check_cache_dir(cache_dir: Path | None = None, writable: bool = True, create
             raise BarterError(f"{cache_dir} is a file; give a folder")
     except BarterError as error:
         raise BarterError(f"the run cache{origin}: {error}") from None
-    check_trusted_folder(cache_dir, f"the run cache {cache_dir}{origin}", create=create)
-    return cache_dir
+    return check_trusted_folder(cache_dir, f"the run cache {cache_dir}{origin}", create=create)
 
 
 def _origin(cache_dir: Path) -> str:
@@ -372,7 +373,7 @@ def cached_train(run: RunConfig, cache_dir: Path | None = None, train_missing: b
         raise BarterError(f"run {target.name} {where} and {TRAIN_ENV}=0 "
                           f"forbids training here: train it with `{command}`{book} "
                           f"(same cache: {CACHE_ENV}={target.parent}), or unset {TRAIN_ENV}")
-    check_cache_dir(target.parent, create=True)
+    target = check_cache_dir(target.parent, create=True) / target.name
     with run_lock(target):
         refuse_links(target, partial_dir(target))
         state, damage = entry_state(target, run)     # another process may have completed it meanwhile

@@ -106,28 +106,30 @@ def refuse_existing_run(out: Path) -> None:
 @contextmanager
 def holding(out: Path):
     """Hold the run folder ``out`` for this process: created if missing, once neither it nor a
-    folder above it can be written by another user (:mod:`~barter_mini.training.trusted_folders`);
-    its lock (:data:`RUN_LOCK`, removed when the run ends; a second run into it is refused at
-    once; every checkpoint write checks it is still there, :func:`check_still_held`) and the
-    temporary files a killed write left there removed.
-    Under ``torchrun`` rank 0 holds it for all: only rank 0 writes."""
+    folder or link on the way can be changed by another user
+    (:mod:`~barter_mini.training.trusted_folders`); its lock (:data:`RUN_LOCK`, removed when the
+    run ends; a second run into it is refused at once; every checkpoint write checks it is still
+    there, :func:`check_still_held`) and the temporary files a killed write left there removed.
+    Yields the path to the folder that the check walked (links resolved): the run writes there,
+    whatever a link in ``out`` points to later.
+    Under ``torchrun`` rank 0 holds it for all: only rank 0 writes; the others get ``out``."""
     if parallel.launch_rank() != 0:
-        yield
+        yield out
         return
     created = not out.exists()
-    check_trusted_folder(out, f"the run folder {out}", create=True)
+    folder = check_trusted_folder(out, f"the run folder {out}", create=True)
     try:
-        with exclusive_lock(out / RUN_LOCK, f"run folder {out}", remove=True) as held:
-            remove_temporary_files(out, RUN_FILES)
-            _HELD[out] = held
+        with exclusive_lock(folder / RUN_LOCK, f"run folder {out}", remove=True) as held:
+            remove_temporary_files(folder, RUN_FILES)
+            _HELD[folder] = held
             try:
-                yield
+                yield folder
             finally:
-                _HELD.pop(out, None)
+                _HELD.pop(folder, None)
     finally:
         if created:     # a run that wrote nothing (bad data, an error before its first epoch) leaves no folder
             with contextlib.suppress(OSError):
-                out.rmdir()
+                folder.rmdir()
 
 
 def _check_same_run(path: Path, saved: dict, run: RunConfig) -> None:

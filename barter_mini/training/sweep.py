@@ -157,9 +157,10 @@ def default_gpus_per_job(executor: str, device: str | None, given: int | None) -
 
 
 def private_folder(folder: Path) -> Path:
-    """``folder`` (links resolved), created ``0700`` if missing, once it is this user's own and
-    neither it nor any folder above it can be written by another user
-    (:func:`~barter_mini.training.trusted_folders.open_trusted_folder`); else a one-line error.
+    """The path to ``folder`` that the check walked (links resolved: the folder that passed,
+    whatever a link on the way points to later), created ``0700`` if missing, once it is this
+    user's own and neither it nor any folder or link on the way can be changed by another user
+    (:func:`~barter_mini.training.trusted_folders.walk_trusted_folder`); else a one-line error.
 
     submitit keeps each job's arguments and result there as pickles, which the jobs and the
     sweep unpickle: anyone who could write that folder, or rename it from the folder above,
@@ -353,7 +354,7 @@ def run_sweep(stages: Sequence[Stage], settings: ExecutorSettings, cache_dir: Pa
     settings = settings.validate()
     if checkpoint_every is not None:
         check_integer("checkpoint every", checkpoint_every)
-    cache_dir = check_cache_dir(cache_dir, writable=not dry_run).resolve()    # before any job
+    cache_dir = check_cache_dir(cache_dir, writable=not dry_run)    # before any job
     executor = None if dry_run else make_executor(settings)
     report, seen = SweepReport(), set()
     for index, stage in enumerate(stages):

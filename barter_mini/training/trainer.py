@@ -343,7 +343,7 @@ def train(run: RunConfig, out: str | Path, resume: bool = False, checkpoint_ever
     out = check_can_create(Path(out))      # before training: a bad --out fails at once
     if checkpoint_every is not None:
         checkpoint_every = check_integer("checkpoint_every", checkpoint_every)
-    with run_folder.holding(out):
+    with run_folder.holding(out) as out:
         checkpoint = None
         if resume:
             finished, checkpoint = run_folder.resume_point(out, run)
