@@ -108,7 +108,7 @@ def test_the_servers_listen_on_127_0_0_1_and_want_the_token_of_the_printed_addre
 
 def test_chapter_00_goes_live_and_an_edited_cell_runs_on_the_page(live, browser):
     address, settings = live
-    url = address.split("index.html#", 1)[0]
+    url = f"http://{HOST}:{urlsplit(address).port}/"
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     hosts = []

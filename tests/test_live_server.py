@@ -69,3 +69,11 @@ def test_a_kernel_server_without_its_token_is_one_line_and_removes_its_folder(tm
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and error.startswith("error: make live's Jupyter server found no token")
     assert not scratch.exists()
+
+
+def test_the_printed_address_is_the_first_page_not_a_redirect_that_would_drop_the_key(tmp_path):
+    (tmp_path / "index.html").write_text('<meta http-equiv="Refresh" content="0; url=book/intro.html" />')
+    assert live.start_page(tmp_path) == "book/intro.html"
+    assert live.live_address(8000, "k", live.start_page(tmp_path)) == "http://127.0.0.1:8000/book/intro.html#live=k"
+    (tmp_path / "index.html").write_text("<p>a book</p>")
+    assert live.start_page(tmp_path) == "index.html"

@@ -38,6 +38,7 @@ import errno
 import io
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -301,7 +302,7 @@ class BookHandler(SimpleHTTPRequestHandler):
 
 class BookServer(ThreadingHTTPServer):
     """The book's server on 127.0.0.1: bound first (a port in use is one line before anything
-    starts), serving once :meth:`serve_book` gives it the HTML folder and the Jupyter server
+    starts), serving once :func:`serve` gives it the HTML folder and the Jupyter server
     it watches."""
 
     daemon_threads = True
@@ -330,9 +331,19 @@ class BookServer(ThreadingHTTPServer):
         pass
 
 
-def live_address(port: int, token: str) -> str:
+#: Jupyter Book's root ``index.html``: a redirect to the first page, which would drop a fragment
+REDIRECT = re.compile(r'<meta\s+http-equiv="Refresh"\s+content="0;\s*url=([^"\s]+)"', re.IGNORECASE)
+
+
+def start_page(html: Path) -> str:
+    """The book's first page, relative to ``html``: where ``index.html`` redirects, if it does."""
+    found = REDIRECT.search((Path(html) / "index.html").read_text(errors="replace"))
+    return found.group(1) if found and "://" not in found.group(1) else "index.html"
+
+
+def live_address(port: int, token: str, page: str = "index.html") -> str:
     """The address printed to the person who started ``make live``: the token in its fragment."""
-    return f"http://{HOST}:{port}/index.html#{FRAGMENT_KEY}={token}"
+    return f"http://{HOST}:{port}/{page}#{FRAGMENT_KEY}={token}"
 
 
 def serve(server: BookServer, html: Path) -> None:
@@ -349,7 +360,7 @@ def serve(server: BookServer, html: Path) -> None:
             wait_until_answering(jupyter_url + "api/status", token, jupyter)
             server.html, server.jupyter = html, jupyter
             server.live = {"baseUrl": jupyter_url, "wsUrl": f"ws://{HOST}:{jupyter_port}/"}
-            print(f"the book with live code: open {live_address(server.port, token)}\n"
+            print(f"the book with live code: open {live_address(server.port, token, start_page(html))}\n"
                   "(the address carries this session's key: keep it to yourself; Ctrl-C stops it)", flush=True)
             server.serve_forever(poll_interval=WATCH_INTERVAL_S)
         finally:
