@@ -92,3 +92,14 @@ def running_server(server: subprocess.Popen, answers, timeout: float, name: str,
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def exit_status_and_stderr(main, argv, capsys) -> tuple[int, str]:
+    """``main(ARGV)`` of a command line, in-process: its exit status (argparse's refusal
+    included) and what it wrote to stderr."""
+    capsys.readouterr()
+    try:
+        status = main([str(arg) for arg in argv])
+    except SystemExit as exit_:
+        status = exit_.code
+    return status, capsys.readouterr().err

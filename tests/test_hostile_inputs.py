@@ -23,15 +23,12 @@ from barter_mini.training.data import default_data_root, load_dataset
 from barter_mini.training.data import cifar10
 from barter_mini.training.run_config import RunConfig
 
+from helpers import exit_status_and_stderr
+
 
 def run_cli(argv, capsys) -> tuple[int, str]:
     """``barter-mini ARGV`` in-process: its exit status (argparse's refusal included) and stderr."""
-    capsys.readouterr()
-    try:
-        status = main([str(arg) for arg in argv])
-    except SystemExit as exit_:
-        status = exit_.code
-    return status, capsys.readouterr().err
+    return exit_status_and_stderr(main, argv, capsys)
 
 
 def one_line(stderr: str) -> str:

@@ -278,27 +278,18 @@ print(json.dumps({"found": found, "files_read": read, "uid": os.getuid(),
     assert seen["kernel"] == 403 and seen["kernel_with_guess"] == 403
 
 
-@pytest.mark.parametrize("how", ["SIGHUP", "SIGTERM", "SIGINT", "SIGKILL"])
-def test_the_kernel_server_and_its_scratch_folder_end_with_make_live(html, tmp_path, how):
+@pytest.mark.parametrize("how, when", [("SIGHUP", "serving"), ("SIGTERM", "serving"), ("SIGINT", "serving"),
+                                       ("SIGKILL", "serving"), ("SIGTERM", "starting")])
+def test_the_kernel_server_and_its_scratch_folder_end_with_make_live(html, tmp_path, how, when):
+    """The parent alone gets the signal (the terminal's SIGHUP, Ctrl-C's SIGINT, a kill), while
+    it serves or while its Jupyter server starts."""
     server = Live(html, free_port(), tmp_path / "live.log")
     try:
-        server.wait_for_address()
+        if when == "serving":
+            server.wait_for_address()
         pid, scratch = server.kernel_server()
-        assert alive(pid) and scratch.is_dir()
-        os.kill(server.process.pid, getattr(signal, how))      # the parent alone: the terminal's signal
-        server.process.wait(timeout=GONE_S)
-        wait_until_gone(pid, scratch)
-        assert "Traceback" not in server.output()
-    finally:
-        server.stop()
-
-
-def test_a_sigterm_while_it_starts_leaves_nothing(html, tmp_path):
-    server = Live(html, free_port(), tmp_path / "live.log")
-    try:
-        pid, scratch = server.kernel_server()              # started, not yet answering
-        assert "#live=" not in server.output()
-        os.kill(server.process.pid, signal.SIGTERM)
+        assert alive(pid) and scratch.is_dir() and ("#live=" in server.output()) == (when == "serving")
+        os.kill(server.process.pid, getattr(signal, how))
         server.process.wait(timeout=GONE_S)
         wait_until_gone(pid, scratch)
         assert "Traceback" not in server.output()

@@ -21,6 +21,8 @@ import pytest
 from barter_mini.book.room import main as room_main
 from barter_mini.cli import main as cli_main
 
+from helpers import exit_status_and_stderr
+
 REPO = Path(__file__).resolve().parents[1]
 WALKTHROUGH = REPO / "notebooks" / "01_walkthrough.ipynb"
 
@@ -42,21 +44,11 @@ def run_module(module: str, *args, cache: Path) -> subprocess.CompletedProcess:
 
 def run_room(argv, capsys) -> tuple[int, str]:
     """The room's command in-process: its exit status and what it wrote to stderr."""
-    capsys.readouterr()
-    try:
-        status = room_main([str(arg) for arg in argv])
-    except SystemExit as refused:
-        status = refused.code
-    return status, capsys.readouterr().err
+    return exit_status_and_stderr(room_main, argv, capsys)
 
 
 def run_cli(argv, capsys) -> tuple[int, str]:
-    capsys.readouterr()
-    try:
-        status = cli_main([str(arg) for arg in argv])
-    except SystemExit as refused:
-        status = refused.code
-    return status, capsys.readouterr().err
+    return exit_status_and_stderr(cli_main, argv, capsys)
 
 
 # ----------------------------------------------------------------------------- the room's command
