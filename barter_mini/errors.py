@@ -1,15 +1,20 @@
-"""One exception type for every user-facing mistake, and the checks that raise it.
+"""One exception type for every user-facing mistake, the checks that raise it, and how a
+command line of the package reports it.
 
-The command line prints such an error as a single ``error: ...`` line and exits with
-status 2; from Python it is an ordinary ``ValueError`` so notebooks show it plainly.
+A command line (``barter-mini``, ``python -m barter_mini.book.room``) prints such an error as
+a single ``error: ...`` line and exits with status 2 (:func:`exit_status`); from Python it is
+an ordinary ``ValueError`` so notebooks show it plainly.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import numbers
 import signal
+import sys
 import unicodedata
+from typing import Callable
 
 
 class BarterError(ValueError):
@@ -142,3 +147,50 @@ def printable(line: str) -> str:
     text, every script's letters and symbols, is left as it is."""
     return "".join(ascii(char)[1:-1] if unicodedata.category(char) in ("Cc", "Cs") or char in TERMINAL_FORMATTING
                     else char for char in line)
+
+
+# ----------------------------------------------------------------- how a command line reports them
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose refusal escapes the control characters of what it quotes
+    (:func:`~barter_mini.errors.printable`): a value given on the command line."""
+
+    def error(self, message: str):
+        super().error(printable(message))
+
+
+class OneLineParser(Parser):
+    """A parser whose refusal is the one line ``error: ...`` the package's own errors print,
+    with no usage before it: for a command whose every failure is that one line."""
+
+    def error(self, message: str):
+        self.exit(2, printable(f"error: {message}") + "\n")
+
+
+def positive_int(text: str) -> int:
+    """argparse's type for a count given on a command line (``--jobs``): an integer of 1 or more."""
+    try:
+        return check_integer("the value", int(text))
+    except (ValueError, BarterError):
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+
+
+def exit_status(work: Callable[[], int]) -> int:
+    """``work()``'s exit status, or that of the failure it raised, printed on stderr as the
+    command line prints each: a :class:`~barter_mini.errors.BarterError` as ``error: ...``
+    (status 2), an interrupted run as ``interrupted: ...`` (128 + the signal), a diverged one
+    as ``diverged: ...`` (:data:`~barter_mini.errors.DIVERGED_STATUS`)."""
+    # each line is escaped whole (errors.printable): a path in it may hold control characters
+    try:
+        return work()
+    except BarterError as error:
+        print(printable(f"error: {error}"), file=sys.stderr)
+        for line in error.details:      # a failed notebook's traceback: after the line that says what failed
+            print(printable(f"  {line}"), file=sys.stderr)
+        return 2
+    except TrainingInterrupted as error:
+        print(printable(f"interrupted: {error}"), file=sys.stderr)
+        return 128 + error.signum
+    except TrainingDiverged as error:
+        print(printable(f"diverged: {error}"), file=sys.stderr)
+        return DIVERGED_STATUS

@@ -40,7 +40,7 @@ import pandas as pd
 
 from ..core.budgets import Allocation, compute_budget, initial_allocation
 from ..core.models import get_model_config
-from ..errors import BarterError
+from ..errors import BarterError, OneLineParser, exit_status, positive_int
 from ..training.cache import cached_train
 from ..training.checkpoints import write_csv_atomically
 from ..training.run_config import RunConfig
@@ -361,8 +361,6 @@ def commit_name(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     """``python -m barter_mini.book.room``: train the room's runs (or H1's) into the run cache,
     or record them; every failure is one ``error: ...`` line, exit status 2."""
-    from ..cli import OneLineParser, exit_status
-    from ..cli.arguments import positive_int
     from ..training.sweep import ExecutorSettings, run_sweep
 
     parser = OneLineParser(prog="python -m barter_mini.book.room",

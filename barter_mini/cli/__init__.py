@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Callable
 
-from ..errors import DIVERGED_STATUS, BarterError, TrainingDiverged, TrainingInterrupted, printable
+from ..errors import Parser, exit_status
 from ..training.methods import METHODS, bench_methods
 from . import arguments
 from .arguments import GRID_SETTINGS, add_run_settings
@@ -207,49 +206,12 @@ COMMANDS = (_describe_parser, _train_parser, _export_parser, _book_parser, _note
             _bench_parser, _overhead_parser, _sweep_parser, _gpu_lend_parser)
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse's parser, whose refusal escapes the control characters of what it quotes
-    (:func:`~barter_mini.errors.printable`): a value given on the command line."""
-
-    def error(self, message: str):
-        super().error(printable(message))
-
-
-class OneLineParser(Parser):
-    """A parser whose refusal is the one line ``error: ...`` the package's own errors print,
-    with no usage before it: for a command whose every failure is that one line."""
-
-    def error(self, message: str):
-        self.exit(2, printable(f"error: {message}") + "\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="barter-mini", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for add_parser in COMMANDS:
         add_parser(sub)
     return parser
-
-
-def exit_status(work: Callable[[], int]) -> int:
-    """``work()``'s exit status, or that of the failure it raised, printed on stderr as the
-    command line prints each: a :class:`~barter_mini.errors.BarterError` as ``error: ...``
-    (status 2), an interrupted run as ``interrupted: ...`` (128 + the signal), a diverged one
-    as ``diverged: ...`` (:data:`~barter_mini.errors.DIVERGED_STATUS`)."""
-    # each line is escaped whole (errors.printable): a path in it may hold control characters
-    try:
-        return work()
-    except BarterError as error:
-        print(printable(f"error: {error}"), file=sys.stderr)
-        for line in error.details:      # a failed notebook's traceback: after the line that says what failed
-            print(printable(f"  {line}"), file=sys.stderr)
-        return 2
-    except TrainingInterrupted as error:
-        print(printable(f"interrupted: {error}"), file=sys.stderr)
-        return 128 + error.signum
-    except TrainingDiverged as error:
-        print(printable(f"diverged: {error}"), file=sys.stderr)
-        return DIVERGED_STATUS
 
 
 def main(argv: list[str] | None = None) -> int:

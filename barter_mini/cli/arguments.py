@@ -10,7 +10,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..errors import MAX_SEED, BarterError, check_integer, check_seed, shown_path
+from ..errors import MAX_SEED, BarterError, check_integer, check_seed, positive_int, shown_path
 from ..training.checkpoints import check_can_create
 from ..training.data import parse_classes
 from ..training.run_config import RunConfig
@@ -103,13 +103,6 @@ def non_negative_int(text: str) -> int:
         return check_integer("the value", int(text), minimum=0)
     except (ValueError, BarterError):
         raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-
-
-def positive_int(text: str) -> int:
-    try:
-        return check_integer("the value", int(text))
-    except (ValueError, BarterError):
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
 
 
 def positive_float(text: str) -> float:
