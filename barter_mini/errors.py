@@ -156,6 +156,7 @@ class Parser(argparse.ArgumentParser):
     (:func:`~barter_mini.errors.printable`): a value given on the command line."""
 
     def error(self, message: str):
+        """Print the usage and the refusal ``message``, escaped, and exit with status 2."""
         super().error(printable(message))
 
 
@@ -164,6 +165,7 @@ class OneLineParser(Parser):
     with no usage before it: for a command whose every failure is that one line."""
 
     def error(self, message: str):
+        """Print the refusal ``message`` as one escaped ``error: ...`` line and exit with status 2."""
         self.exit(2, printable(f"error: {message}") + "\n")
 
 
