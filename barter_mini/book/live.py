@@ -59,11 +59,9 @@ from ..errors import BarterError
 from ..training.cache import CACHE_ENV, default_cache_dir
 from ..training.data.info import default_data_root
 from .build import REPO, build_book
-from .live_kernels import TOKEN_FILE
+from .live_kernels import HOST, TOKEN_FILE
 from .recorded_grid import DATA_ENV, recorded_data_dir
 
-#: the only interface either server listens on
-HOST = "127.0.0.1"
 #: the names a request may give in its ``Host`` header (with the server's port)
 LOCAL_NAMES = (HOST, "localhost")
 #: where a page asks for the Jupyter server's address (same origin as the book)
@@ -245,7 +243,8 @@ class BookHandler(SimpleHTTPRequestHandler):
         if self.headers.get("Host", "").lower() not in self.server.hosts:
             self.send_error(403, "this server answers only requests for 127.0.0.1 or localhost")
             return None
-        if urlsplit(self.path).path == CONFIG_PATH:
+        asked = urlsplit(self.path).path
+        if asked == CONFIG_PATH:
             return self._send_bytes(json.dumps(self.server.live).encode(), "application/json")
         if self.server.html is None:
             self.send_error(503, "the book is not ready yet")
@@ -254,7 +253,6 @@ class BookHandler(SimpleHTTPRequestHandler):
         if path is None:
             self.send_error(404)
             return None
-        asked = urlsplit(self.path).path
         if path.name == "index.html" and not asked.endswith(("/", "/index.html")):
             self.send_response(301)                 # a folder: its index, with its relative links intact
             self.send_header("Location", asked + "/")

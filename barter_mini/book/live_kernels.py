@@ -28,6 +28,7 @@ from pathlib import Path
 TOKEN_FILE = "token"
 #: the folder of the Jupyter server's runtime files (they carry the token), inside the scratch
 RUNTIME_FOLDER = "runtime"
+#: the only interface either server of ``make live`` listens on
 HOST = "127.0.0.1"
 
 
